@@ -1,0 +1,115 @@
+// Package dbconn opens the services' PostgreSQL pools and applies or checks an
+// embedded goose migration tree. paydb and lockdb each own a tree; this package
+// holds the mechanics they share.
+package dbconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// ErrSchemaBehind says the database has migrations still to apply.
+var ErrSchemaBehind = errors.New("database schema is behind")
+
+// Open builds a pool for url (libpq PG* environment when empty) with maxConns
+// connections. It does not wait for the server: readiness reports that.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parse error may quote the URL, password included: never pass it on.
+		return nil, errors.New("database URL cannot be parsed")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Tree is one embedded migration tree and the goose version table it keeps.
+type Tree struct {
+	FS       fs.FS  // the .sql files at its root
+	Table    string // goose version table
+	LockID   int64  // advisory lock that serialises concurrent migrate runs
+	Database string // name for messages: "paydb", "lockdb"
+}
+
+func (t Tree) provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func() error, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(t.LockID))
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	opts := []goose.ProviderOption{goose.WithTableName(t.Table), goose.WithSessionLocker(locker)}
+	if logger != nil {
+		opts = append(opts, goose.WithSlog(logger))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, t.FS, opts...)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("%s migrations: %w", t.Database, err)
+	}
+	return p, db.Close, nil
+}
+
+// Migrate applies every pending migration. Concurrent and repeated runs are safe:
+// goose holds a session advisory lock while it works.
+func (t Tree) Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int64, error) {
+	p, closeDB, err := t.provider(pool, logger)
+	if err != nil {
+		return 0, err
+	}
+	defer closeDB()
+	if _, err := p.Up(ctx); err != nil {
+		return 0, fmt.Errorf("%s migrate: %w", t.Database, err)
+	}
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s version: %w", t.Database, err)
+	}
+	return v, nil
+}
+
+// Check returns ErrSchemaBehind (wrapped, with both versions) when the database
+// lacks migrations this binary embeds.
+func (t Tree) Check(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Table).Scan(&exists); err != nil {
+		return fmt.Errorf("%s: reading schema version: %w", t.Database, err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: %s has no migrations applied", ErrSchemaBehind, t.Database)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, t.FS, goose.WithTableName(t.Table))
+	if err != nil {
+		return fmt.Errorf("%s migrations: %w", t.Database, err)
+	}
+	current, target, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: reading schema version: %w", t.Database, err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: reading schema version: %w", t.Database, err)
+	}
+	if pending || current < target {
+		return fmt.Errorf("%w: %s is at version %d, this binary needs %d", ErrSchemaBehind, t.Database, current, target)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+// Package pgtest gives each test its own migrated database on a real PostgreSQL:
+// one throwaway cluster per test binary (or the server TEST_DATABASE_URL names),
+// a migrated template per tree, and a fresh clone of it per test.
+//
+// A package that uses it runs its tests through Main so the cluster is stopped:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// No PostgreSQL to be had fails the test with what to install; it never skips.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/lockdb"
+	"lock.dev/internal/paydb"
+	"lock.dev/internal/pgcluster"
+)
+
+// server is the PostgreSQL this test binary works against.
+type server struct {
+	cluster *pgcluster.Cluster // nil when TEST_DATABASE_URL is used
+	base    *url.URL
+	prefix  string // database name prefix, unique per test binary
+
+	mu        sync.Mutex // CREATE DATABASE … TEMPLATE wants the template to itself
+	templates map[string]string
+}
+
+var (
+	srvOnce sync.Once
+	srv     *server
+	srvErr  error
+	seq     atomic.Int64
+)
+
+// Main runs m and stops the throwaway cluster, if one was started.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if srv != nil && srv.cluster != nil {
+		_ = srv.cluster.Stop()
+	}
+	return code
+}
+
+func get(t testing.TB) *server {
+	t.Helper()
+	srvOnce.Do(func() {
+		s := &server{templates: map[string]string{}, prefix: fmt.Sprintf("t%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+		if raw := os.Getenv("TEST_DATABASE_URL"); raw != "" {
+			u, err := url.Parse(raw)
+			if err != nil {
+				srvErr = fmt.Errorf("TEST_DATABASE_URL cannot be parsed")
+				return
+			}
+			s.base = u
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c, err := pgcluster.Start(ctx, pgcluster.Options{})
+			if err != nil {
+				srvErr = fmt.Errorf("starting a throwaway PostgreSQL for the tests: %w", err)
+				return
+			}
+			s.cluster = c
+			s.base, _ = url.Parse(c.URL("postgres"))
+		}
+		srv = s
+	})
+	if srvErr != nil {
+		t.Fatalf("pgtest: %v", srvErr)
+	}
+	return srv
+}
+
+func (s *server) url(db string) string {
+	u := *s.base
+	u.Path = "/" + db
+	return u.String()
+}
+
+func (s *server) create(ctx context.Context, name, template string) error {
+	conn, err := pgx.Connect(ctx, s.url(strings.TrimPrefix(s.base.Path, "/")))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// template returns the name of a database migrated with tree, creating it once.
+func (s *server) template(ctx context.Context, tree dbconn.Tree) (string, error) {
+	if name, ok := s.templates[tree.Database]; ok {
+		return name, nil
+	}
+	name := s.prefix + "_tmpl_" + tree.Database
+	if err := s.create(ctx, name, ""); err != nil {
+		return "", fmt.Errorf("create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, s.url(name))
+	if err != nil {
+		return "", err
+	}
+	_, err = tree.Migrate(ctx, pool, nil)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	s.templates[tree.Database] = name
+	return name, nil
+}
+
+// fresh creates a new database, migrated with tree when tree.FS is set.
+func (s *server) fresh(t testing.TB, tree *dbconn.Tree) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tmpl := ""
+	kind := "empty"
+	if tree != nil {
+		var err error
+		if tmpl, err = s.template(ctx, *tree); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		kind = tree.Database
+	}
+	name := fmt.Sprintf("%s_%s_%d", s.prefix, kind, seq.Add(1))
+	if err := s.create(ctx, name, tmpl); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	return s.url(name)
+}
+
+// PaydbURL returns the URL of a fresh, migrated paydb for this test.
+func PaydbURL(t testing.TB) string {
+	tree := paydb.Tree()
+	return get(t).fresh(t, &tree)
+}
+
+// LockdbURL returns the URL of a fresh, migrated lockdb for this test.
+func LockdbURL(t testing.TB) string {
+	tree := lockdb.Tree()
+	return get(t).fresh(t, &tree)
+}
+
+// EmptyURL returns the URL of a fresh database with no schema (to test migrate
+// and the refusal to serve a schema that is behind).
+func EmptyURL(t testing.TB) string {
+	return get(t).fresh(t, nil)
+}
+
+// Pool opens a pool on url that is closed when the test ends.
+func Pool(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

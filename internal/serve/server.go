@@ -1,0 +1,263 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"lock.dev/lockapi"
+)
+
+// NewLogger is the C4 logger: one JSON object per line, every line with service.
+func NewLogger(w io.Writer, service, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, Invalid("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})
+	return slog.New(h).With("service", service), nil
+}
+
+// NewRegistry is a service's own registry (never the global one, so several
+// services run in one process) with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Check reports a component's health; nil is UP.
+type Check func(ctx context.Context) error
+
+// Health serves liveness and readiness (C4 #ct4-health).
+type Health struct {
+	mu       sync.Mutex
+	names    []string
+	checks   map[string]Check
+	draining atomic.Bool
+	timeout  time.Duration
+}
+
+// NewHealth returns a Health with no components.
+func NewHealth() *Health { return &Health{checks: map[string]Check{}, timeout: 2 * time.Second} }
+
+// Add adds a readiness component.
+func (h *Health) Add(name string, c Check) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.names = append(h.names, name)
+	h.checks[name] = c
+}
+
+// Drain makes readiness DOWN from now on: the process is shutting down.
+func (h *Health) Drain() { h.draining.Store(true) }
+
+type component struct {
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+type readiness struct {
+	Status     string               `json:"status"`
+	Components map[string]component `json:"components"`
+}
+
+// Ready runs every check concurrently and reports the result.
+func (h *Health) Ready(ctx context.Context) (bool, map[string]component) {
+	h.mu.Lock()
+	names := append([]string(nil), h.names...)
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	out := make(map[string]component, len(names)+1)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := component{Status: "UP", Detail: "ok"}
+			if err := h.checks[n](ctx); err != nil {
+				c = component{Status: "DOWN", Detail: err.Error()}
+			}
+			mu.Lock()
+			out[n] = c
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	up := true
+	for _, c := range out {
+		if c.Status != "UP" {
+			up = false
+		}
+	}
+	if h.draining.Load() {
+		up = false
+		out["lifecycle"] = component{Status: "DOWN", Detail: "shutting down"}
+	}
+	return up, out
+}
+
+func (h *Health) live(w http.ResponseWriter, _ *http.Request) {
+	writeHealth(w, http.StatusOK, map[string]string{"status": "UP"})
+}
+
+func (h *Health) ready(w http.ResponseWriter, r *http.Request) {
+	up, comps := h.Ready(r.Context())
+	body := readiness{Status: "UP", Components: comps}
+	status := http.StatusOK
+	if !up {
+		body.Status = "DOWN"
+		status = http.StatusServiceUnavailable
+	}
+	writeHealth(w, status, body)
+}
+
+func writeHealth(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Mount adds the health and metrics endpoints every service has (C4).
+func Mount(mux *http.ServeMux, h *Health, reg *prometheus.Registry) {
+	for _, p := range []string{"/livez", "/actuator/health/liveness"} {
+		mux.HandleFunc("GET "+p, h.live)
+	}
+	for _, p := range []string{"/readyz", "/actuator/health/readiness", "/actuator/health"} {
+		mux.HandleFunc("GET "+p, h.ready)
+	}
+	m := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	mux.Handle("GET /metrics", m)
+	mux.Handle("GET /actuator/prometheus", m)
+}
+
+var probeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch}
+
+// Handler wraps mux so that an unknown route answers 404 NOT_FOUND and a known
+// route with another method 405 METHOD_NOT_ALLOWED, both as problem+json, and a
+// panic in a handler becomes a logged 500 INTERNAL instead of a dropped connection.
+func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+				lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal, "internal error", nil))
+			}
+		}()
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		var allow []string
+		for _, m := range probeMethods {
+			if m == r.Method {
+				continue
+			}
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := mux.Handler(probe); p != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusMethodNotAllowed, lockapi.CodeMethodNotAllowed,
+				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", ")), nil))
+			return
+		}
+		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusNotFound, lockapi.CodeNotFound, "no such route", nil))
+	})
+}
+
+// Server timeouts (C3 #ct3-timeouts): headers within 5 s, the body within a further
+// 10 s, idle connections closed after 60 s.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 15 * time.Second
+	IdleTimeout       = 60 * time.Second
+	ShutdownGrace     = 10 * time.Second
+)
+
+// Listen opens addr, or returns ln when the caller already has a listener
+// (tests and lockdemo pass one bound to port 0).
+func Listen(addr string, ln net.Listener) (net.Listener, error) {
+	if ln != nil {
+		return ln, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves h on ln until ctx is cancelled, then drains: readiness goes DOWN,
+// no new connections are taken, in-flight requests get ShutdownGrace to finish.
+// It returns nil after a clean drain.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	health.Drain()
+	logger.Info("shutting down", "grace", ShutdownGrace.String())
+	// A fresh context: the one that told us to stop is already cancelled.
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// ExitCode maps Run's error to the process exit status: 0, 2 for a bad setting
+// (its one line on stderr), 1 for anything else.
+func ExitCode(err error, stderr io.Writer) int {
+	var ue *UsageError
+	switch {
+	case err == nil, errors.Is(err, ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, ue.Msg)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+}

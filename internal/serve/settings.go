@@ -1,0 +1,141 @@
+// Package serve is how every lock.dev service runs: settings from environment
+// variables and equal flags (C5 #ct5-config), the JSON logger, metrics and health
+// endpoints (C4), problem+json for unknown routes, and a graceful HTTP server.
+package serve
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrHelp is returned by Parse when --help was asked for; the usage has been
+// written and the process should exit 0.
+var ErrHelp = errors.New("help requested")
+
+// UsageError is a bad setting: the process exits 2 with its one-line message.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Settings binds each setting to an environment variable and a flag of the same
+// name in kebab case (RAIL_READ_TIMEOUT ↔ --rail-read-timeout). A flag wins over the
+// variable; the variable wins over the default.
+type Settings struct {
+	name     string
+	fs       *flag.FlagSet
+	getenv   func(string) string
+	bindings []binding
+}
+
+type binding struct{ env, flag string }
+
+// NewSettings starts the settings of the command name. getenv is os.Getenv in
+// production and a map in tests.
+func NewSettings(name string, getenv func(string) string) *Settings {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return &Settings{name: name, fs: fs, getenv: getenv}
+}
+
+// FlagName is the flag that goes with environment variable env.
+func FlagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
+
+func (s *Settings) bind(env, usage string) (string, string) {
+	name := FlagName(env)
+	s.bindings = append(s.bindings, binding{env: env, flag: name})
+	return name, fmt.Sprintf("%s (env %s)", usage, env)
+}
+
+// String binds a string setting.
+func (s *Settings) String(p *string, env, def, usage string) {
+	name, u := s.bind(env, usage)
+	s.fs.StringVar(p, name, def, u)
+}
+
+// Int binds an integer setting.
+func (s *Settings) Int(p *int, env string, def int, usage string) {
+	name, u := s.bind(env, usage)
+	s.fs.IntVar(p, name, def, u)
+}
+
+// Float binds a floating-point setting.
+func (s *Settings) Float(p *float64, env string, def float64, usage string) {
+	name, u := s.bind(env, usage)
+	s.fs.Float64Var(p, name, def, u)
+}
+
+// Bool binds a boolean setting.
+func (s *Settings) Bool(p *bool, env string, def bool, usage string) {
+	name, u := s.bind(env, usage)
+	s.fs.BoolVar(p, name, def, u)
+}
+
+// Duration binds a duration setting (Go syntax: 2s, 150ms).
+func (s *Settings) Duration(p *time.Duration, env string, def time.Duration, usage string) {
+	name, u := s.bind(env, usage)
+	s.fs.DurationVar(p, name, def, u)
+}
+
+// FlagSet exposes the flag set for flags that have no environment variable.
+func (s *Settings) FlagSet() *flag.FlagSet { return s.fs }
+
+// Parse reads args, then the environment for every setting no flag set. It
+// returns the remaining arguments, ErrHelp, or a *UsageError naming the setting.
+func (s *Settings) Parse(args []string) ([]string, error) {
+	if err := s.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, ErrHelp
+		}
+		return nil, &UsageError{Msg: fmt.Sprintf("%s: %v", s.name, err)}
+	}
+	set := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, b := range s.bindings {
+		if set[b.flag] {
+			continue
+		}
+		v := s.getenv(b.env)
+		if v == "" {
+			continue
+		}
+		if err := s.fs.Set(b.flag, v); err != nil {
+			return nil, &UsageError{Msg: fmt.Sprintf("%s: invalid value %q for %s: %v", s.name, v, b.env, unwrapFlagErr(err))}
+		}
+	}
+	return s.fs.Args(), nil
+}
+
+func unwrapFlagErr(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return ne.Err
+	}
+	return err
+}
+
+// Usage writes every setting with its default.
+func (s *Settings) Usage(w io.Writer, synopsis string) {
+	fmt.Fprintf(w, "Usage: %s\n\nSettings (a flag wins over its environment variable):\n", synopsis)
+	s.fs.SetOutput(w)
+	s.fs.PrintDefaults()
+	s.fs.SetOutput(io.Discard)
+}
+
+// Invalid builds the *UsageError for a setting that parsed but is out of bounds.
+func Invalid(env, format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf("invalid %s (--%s): %s", env, FlagName(env), fmt.Sprintf(format, args...))}
+}
+
+// SplitCommand splits a leading subcommand off args: "migrate", "serve", "run" …;
+// def when args start with a flag or are empty.
+func SplitCommand(args []string, def string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return def, args
+}
