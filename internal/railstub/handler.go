@@ -1,0 +1,268 @@
+package railstub
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"lock.dev/lockapi"
+)
+
+// MaxPageLimit is the default and largest page of GET /rail/v1/calls.
+const MaxPageLimit = 10_000
+
+// DeclineReason is the reason of every chaos decline.
+const DeclineReason = "declined by rail-stub chaos"
+
+// PaymentRequest is the body of POST /rail/v1/payments; reference is the payoutId.
+type PaymentRequest struct {
+	Reference   string `json:"reference"`
+	AccountID   string `json:"accountId"`
+	AmountMinor int64  `json:"amountMinor"`
+	Currency    string `json:"currency"`
+	Beneficiary string `json:"beneficiary"`
+}
+
+// PaymentReply is the rail's answer: 200 {"status":"ACCEPTED","railReference"} or
+// 422 {"status":"DECLINED","reason"}.
+type PaymentReply struct {
+	Status        string `json:"status"`
+	RailReference string `json:"railReference,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+}
+
+// CallList is the answer of GET /rail/v1/calls.
+type CallList struct {
+	Calls []Call `json:"calls"`
+}
+
+// parsePayment binds the payment body with the project's strict binder: all five
+// members required, no others, each within the bounds of C3 #ct3-conventions.
+func parsePayment(b []byte) (PaymentRequest, []lockapi.FieldError) {
+	var p PaymentRequest
+	o, errs := lockapi.ParseObject(b)
+	if errs != nil {
+		return p, errs
+	}
+	p.Reference, _ = o.String("reference", true, false, lockapi.ValidateIdentifier)
+	p.AccountID, _ = o.String("accountId", true, false, lockapi.ValidateIdentifier)
+	p.AmountMinor, _ = o.Int64("amountMinor", true, lockapi.MinAmountMinor, lockapi.MaxAmountMinor)
+	p.Currency, _ = o.String("currency", true, false, lockapi.ValidateCurrency)
+	p.Beneficiary, _ = o.String("beneficiary", true, false, lockapi.ValidateBeneficiary)
+	return p, o.Finish()
+}
+
+// handlePayment is the rail. The order is the point: the call is booked (and on
+// disk, with a file) before chaos does anything to the reply, so a dropped or late
+// reply is still a payment in the books — exactly the ambiguity a real rail hands
+// its callers. A malformed request is refused before booking: it never reached the
+// point where money could move.
+func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
+	body, fault := lockapi.ReadJSONBody(r)
+	if fault != nil {
+		lockapi.WriteInvalid(w, fault.Status, fault.Errors)
+		return
+	}
+	p, errs := parsePayment(body)
+	if len(errs) > 0 {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+		return
+	}
+	// Made outside the lock; 128 random bits keep references unique across
+	// resets and restarts, which a seq-derived one would not.
+	ref := "RS-" + rand.Text()
+	var d decision
+	c, err := s.calls.record(func(c *Call) {
+		d = s.chaos.decide()
+		c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Beneficiary =
+			p.Reference, p.AccountID, p.AmountMinor, p.Currency, p.Beneficiary
+		c.Result, c.LatencyMs, c.Dropped = ResultAccepted, d.latencyMs, d.dropped
+		if d.declined {
+			c.Result = ResultDeclined
+		} else {
+			c.RailReference = ref
+		}
+	})
+	var notBooked *errNotRecorded
+	if errors.As(err, &notBooked) {
+		s.logger.Error("payment refused: the call could not be booked", "event", "rail_call_refused",
+			"reference", p.Reference, "accountId", p.AccountID, "error", err.Error())
+		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+			"the rail could not book the call; no payment was made", nil))
+		return
+	}
+	s.metrics.observe(d)
+	s.logCall(c, err)
+	if err != nil {
+		// Booked in memory, but the file may not hold it: the caller must treat
+		// the payment as possibly made.
+		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+			"the call was booked but the call log could not be synced; the payment may have been made", nil))
+		return
+	}
+	if d.dropped {
+		dropConnection(w)
+		return
+	}
+	switch s.delay(r.Context(), d.latencyMs) {
+	case delayCallerGone:
+		return // the caller gave up; the payment stands, nobody is left to tell
+	case delayShutdown:
+		dropConnection(w)
+		return
+	}
+	if d.declined {
+		lockapi.WriteJSON(w, http.StatusUnprocessableEntity, PaymentReply{Status: ResultDeclined, Reason: DeclineReason})
+		return
+	}
+	lockapi.WriteJSON(w, http.StatusOK, PaymentReply{Status: ResultAccepted, RailReference: c.RailReference})
+}
+
+func (s *Stub) logCall(c Call, syncErr error) {
+	attrs := []any{"event", "rail_call", "seq", c.Seq, "reference", c.Reference, "accountId", c.AccountID,
+		"amountMinor", c.AmountMinor, "currency", c.Currency, "beneficiary", lockapi.MaskBeneficiary(c.Beneficiary),
+		"result", c.Result, "railReference", c.RailReference, "latencyMs", c.LatencyMs, "dropped", c.Dropped}
+	if syncErr != nil {
+		s.logger.Error("rail call booked, call log not synced", append(attrs, "error", syncErr.Error())...)
+		return
+	}
+	s.logger.Info("rail call", attrs...)
+}
+
+// dropConnection closes the connection without a byte of reply, the way a rail
+// that crashed or a middlebox that cut the line would: the caller sees EOF or a
+// reset, never a status code.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Not hijackable (HTTP/2): net/http's own way to abort a reply, which
+		// resets the stream instead of answering.
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+type delayResult int
+
+const (
+	delayDone       delayResult = iota // reply now
+	delayCallerGone                    // the caller's context ended
+	delayShutdown                      // the stub is stopping and the reply would come too late
+)
+
+// delay waits ms milliseconds before a reply. Once shutdown begins a pending
+// reply still gets drainReplies to come due; one that would be later is dropped
+// instead, as by a rail going down mid-flight, so the drain ends within its grace.
+// The payment is booked either way.
+func (s *Stub) delay(ctx context.Context, ms int) delayResult {
+	if ms <= 0 {
+		return delayDone
+	}
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return delayDone
+	case <-ctx.Done():
+		return delayCallerGone
+	case <-s.stopping:
+	}
+	cut := time.NewTimer(s.drainReplies)
+	defer cut.Stop()
+	select {
+	case <-t.C:
+		return delayDone
+	case <-ctx.Done():
+		return delayCallerGone
+	case <-cut.C:
+		return delayShutdown
+	}
+}
+
+func (s *Stub) handleListCalls(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var errs []lockapi.FieldError
+	after, limit := int64(0), int64(MaxPageLimit)
+	if vs, ok := q["after"]; ok {
+		v, problem := queryInt(vs, 0, 1<<63-1)
+		if problem != "" {
+			errs = append(errs, lockapi.FieldError{Field: "after", Problem: problem})
+		}
+		after = v
+	}
+	if vs, ok := q["limit"]; ok {
+		v, problem := queryInt(vs, 1, MaxPageLimit)
+		if problem != "" {
+			errs = append(errs, lockapi.FieldError{Field: "limit", Problem: problem})
+		}
+		limit = v
+	}
+	if len(errs) > 0 {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+		return
+	}
+	lockapi.WriteJSON(w, http.StatusOK, CallList{Calls: s.calls.list(after, int(limit))})
+}
+
+// queryInt reads a single decimal query value within [min, max]; the second
+// result is the fault, empty when none.
+func queryInt(vs []string, min, max int64) (int64, string) {
+	if len(vs) != 1 {
+		return 0, "must appear exactly once"
+	}
+	v := vs[0]
+	if v == "" || v[0] == '+' || v[0] == '-' || (len(v) > 1 && v[0] == '0') {
+		return 0, "must be a decimal integer without sign or leading zero"
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < min || n > max {
+		return 0, "must be an integer between " + strconv.FormatInt(min, 10) + " and " + strconv.FormatInt(max, 10)
+	}
+	return n, ""
+}
+
+func (s *Stub) handleResetCalls(w http.ResponseWriter, _ *http.Request) {
+	if err := s.calls.reset(); err != nil {
+		s.logger.Error("call log reset failed", "event", "calls_reset", "error", err.Error())
+		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+			"the call log could not be truncated", nil))
+		return
+	}
+	s.logger.Info("call log cleared; the next call is seq 1", "event", "calls_reset")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Stub) handleGetChaos(w http.ResponseWriter, _ *http.Request) {
+	lockapi.WriteJSON(w, http.StatusOK, s.chaos.settings())
+}
+
+func (s *Stub) handlePutChaos(w http.ResponseWriter, r *http.Request) {
+	body, fault := lockapi.ReadJSONBody(r)
+	if fault != nil {
+		lockapi.WriteInvalid(w, fault.Status, fault.Errors)
+		return
+	}
+	req, errs := parseChaosRequest(body)
+	if len(errs) > 0 {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+		return
+	}
+	c := s.chaos.replace(req.LatencyMs, req.DeclineRate, req.DropRate, req.Seed)
+	s.logger.Info("chaos settings replaced", "event", "chaos_changed", "latencyMs", c.LatencyMs,
+		"declineRate", c.DeclineRate, "dropRate", c.DropRate, "seed", c.Seed, "reseeded", req.Seed != nil)
+	lockapi.WriteJSON(w, http.StatusOK, c)
+}
+
+// handleHealth is the rail's own health, what rail-proxy's readiness asks: DOWN
+// while the stub cannot book calls or is shutting down.
+func (s *Stub) handleHealth(w http.ResponseWriter, r *http.Request) {
+	up, comps := s.health.Ready(r.Context())
+	status, code := "UP", http.StatusOK
+	if !up {
+		status, code = "DOWN", http.StatusServiceUnavailable
+	}
+	lockapi.WriteJSON(w, code, map[string]any{"status": status, "components": comps})
+}
