@@ -193,6 +193,29 @@ func (o *Object) Int64(name string, required bool, min, max int64) (int64, bool)
 	return v, true
 }
 
+// Float64 takes a number member within [min, max].
+func (o *Object) Float64(name string, required bool, min, max float64) (float64, bool) {
+	raw, ok := o.take(name, required)
+	if !ok {
+		return 0, false
+	}
+	s := string(bytes.TrimSpace(raw))
+	if s == "null" {
+		o.fault(name, "must not be null")
+		return 0, false
+	}
+	if s == "" || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) {
+		o.fault(name, "must be a number")
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < min || v > max {
+		o.fault(name, "must be between "+strconv.FormatFloat(min, 'g', -1, 64)+" and "+strconv.FormatFloat(max, 'g', -1, 64))
+		return 0, false
+	}
+	return v, true
+}
+
 // Finish reports members that were not asked for and returns every fault found.
 func (o *Object) Finish() []FieldError {
 	for _, k := range o.order {

@@ -1,11 +1,7 @@
 package railstub
 
 import (
-	"bytes"
-	"encoding/json"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 
 	"lock.dev/lockapi"
@@ -93,110 +89,21 @@ type chaosRequest struct {
 	Seed        *int64
 }
 
-// parseChaosRequest binds the PUT body as strictly as lockapi binds every other
-// body: one JSON object, each member once, no unknown members, nothing after it.
-// lockapi's binder has no floating-point member, hence this small one. Every knob
-// is optional: an omitted knob becomes 0, an omitted seed keeps the current one.
+// parseChaosRequest binds the PUT body as strictly as every other body: one JSON
+// object, each member once, no unknown members, nothing after it. Every knob is
+// optional: an omitted knob becomes 0, an omitted seed keeps the current one.
 func parseChaosRequest(b []byte) (chaosRequest, []lockapi.FieldError) {
 	var req chaosRequest
-	bodyFault := func(p string) (chaosRequest, []lockapi.FieldError) {
-		return req, []lockapi.FieldError{{Field: "body", Problem: p}}
+	o, errs := lockapi.ParseObject(b)
+	if errs != nil {
+		return req, errs
 	}
-	if !json.Valid(b) {
-		var v json.RawMessage
-		if err := json.NewDecoder(bytes.NewReader(b)).Decode(&v); err == nil {
-			return bodyFault("must contain exactly one JSON value (trailing data found)")
-		}
-		return bodyFault("must be well-formed JSON")
+	latency, _ := o.Int64("latencyMs", false, 0, MaxLatencyMs)
+	req.LatencyMs = int(latency)
+	req.DeclineRate, _ = o.Float64("declineRate", false, 0, 1)
+	req.DropRate, _ = o.Float64("dropRate", false, 0, 1)
+	if seed, ok := o.Int64("seed", false, -1<<63, 1<<63-1); ok {
+		req.Seed = &seed
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
-	if err != nil {
-		return bodyFault("must be well-formed JSON")
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return bodyFault("must be a JSON object")
-	}
-	var errs []lockapi.FieldError
-	fault := func(field, problem string) { errs = append(errs, lockapi.FieldError{Field: field, Problem: problem}) }
-	seen := map[string]bool{}
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return bodyFault("must be well-formed JSON")
-		}
-		k, _ := kt.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return bodyFault("must be well-formed JSON")
-		}
-		if seen[k] {
-			fault(k, "must appear only once")
-			continue
-		}
-		seen[k] = true
-		v := strings.TrimSpace(string(raw))
-		switch k {
-		case "latencyMs":
-			n, p := jsonInt(v, 0, MaxLatencyMs)
-			if p != "" {
-				fault(k, p)
-			}
-			req.LatencyMs = int(n)
-		case "declineRate", "dropRate":
-			r, p := jsonRate(v)
-			if p != "" {
-				fault(k, p)
-			}
-			if k == "declineRate" {
-				req.DeclineRate = r
-			} else {
-				req.DropRate = r
-			}
-		case "seed":
-			n, p := jsonInt(v, -1<<63, 1<<63-1)
-			if p != "" {
-				fault(k, p)
-			} else {
-				req.Seed = &n
-			}
-		default:
-			fault(k, "is not a known member")
-		}
-	}
-	return req, errs
-}
-
-// jsonInt reads a JSON integer literal (no fraction, no exponent) within [min, max];
-// the second result is the fault, empty when none.
-func jsonInt(v string, min, max int64) (int64, string) {
-	if v == "null" {
-		return 0, "must not be null"
-	}
-	if v == "" || strings.ContainsAny(v, ".eE\"") || !(v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
-		return 0, "must be an integer"
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, "is out of range"
-	}
-	if n < min || n > max {
-		return 0, "must be between " + strconv.FormatInt(min, 10) + " and " + strconv.FormatInt(max, 10)
-	}
-	return n, ""
-}
-
-// jsonRate reads a JSON number within [0, 1].
-func jsonRate(v string) (float64, string) {
-	if v == "null" {
-		return 0, "must not be null"
-	}
-	if v == "" || !(v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
-		return 0, "must be a number"
-	}
-	r, err := strconv.ParseFloat(v, 64)
-	if err != nil || !validRate(r) {
-		return 0, "must be between 0 and 1"
-	}
-	return r, ""
+	return req, o.Finish()
 }
