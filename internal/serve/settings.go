@@ -118,12 +118,17 @@ func unwrapFlagErr(err error) error {
 	return err
 }
 
-// Usage writes every setting with its default.
+// Usage writes every setting with its default — zero defaults included, which
+// flag.PrintDefaults leaves out.
 func (s *Settings) Usage(w io.Writer, synopsis string) {
 	fmt.Fprintf(w, "Usage: %s\n\nSettings (a flag wins over its environment variable):\n", synopsis)
-	s.fs.SetOutput(w)
-	s.fs.PrintDefaults()
-	s.fs.SetOutput(io.Discard)
+	s.fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  --%s\n    \t%s (default %s)\n", f.Name, f.Usage, def)
+	})
 }
 
 // Invalid builds the *UsageError for a setting that parsed but is out of bounds.

@@ -1,0 +1,46 @@
+package executor
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Results of executor_payout_total (C4 #ct4-metrics): a closed set.
+const (
+	resultPaid        = "paid"
+	resultDeclined    = "declined"
+	resultAmbiguous   = "ambiguous"
+	resultFenced      = "fenced"
+	resultDuplicate   = "duplicate"
+	resultUnavailable = "unavailable"
+	resultSkipped     = "skipped"
+)
+
+var results = []string{resultPaid, resultDeclined, resultAmbiguous, resultFenced, resultDuplicate, resultUnavailable, resultSkipped}
+
+type metrics struct {
+	payouts *prometheus.CounterVec
+	pauses  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		payouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "executor_payout_total",
+			Help: "Payout cycles by how they ended: paid, declined, ambiguous, fenced, duplicate, unavailable, skipped.",
+		}, []string{"result"}),
+		pauses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "executor_pause_total",
+			Help: "Pauses between claim and submit (the stale-writer maker; demonstrations only).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.payouts, m.pauses} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Zero-initialise every label value (C4 #ct4-zero).
+	for _, r := range results {
+		m.payouts.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *metrics) count(result string) { m.payouts.WithLabelValues(result).Inc() }

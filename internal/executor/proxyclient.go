@@ -1,0 +1,264 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"lock.dev/lockapi"
+)
+
+// maxAnswerBytes bounds what is read of any rail-proxy answer.
+const maxAnswerBytes = 1 << 20
+
+// proxyClient speaks to rail-proxy: one submission, and the audit trail.
+//
+// A submission carries X-Idempotency-Key. Go's transport deems such a request
+// replayable when its body can be re-read (GetBody set, as http.NewRequest does for
+// in-memory bodies) and then silently sends it again when a reused keep-alive
+// connection turns out to have been closed by the server after it read the request.
+// A second copy of our own submission would come back FENCED_OUT (its token is now
+// equal to the mark) or DUPLICATE_SUBMISSION, and the executor would act on that
+// instead of on what happened to the first. So the body is handed over without
+// GetBody and redirects are not followed: a submission leaves this process once.
+type proxyClient struct {
+	base string
+	hc   *http.Client
+}
+
+func newProxyClient(base string, maxIdle int) *proxyClient {
+	tr := newTransport(maxIdle)
+	return &proxyClient{
+		base: strings.TrimRight(base, "/"),
+		hc: &http.Client{
+			Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+	}
+}
+
+func (c *proxyClient) close() { c.hc.CloseIdleConnections() }
+
+// idempotencyKey is the key of one attempt: one payout under one token (C3 #ct3-executor).
+func idempotencyKey(payoutID string, token int64) string {
+	return payoutID + ":" + strconv.FormatInt(token, 10)
+}
+
+// answerKind is what rail-proxy said about a submission.
+type answerKind int
+
+const (
+	// answerNone: no answer we can act on — the call failed or timed out, or the
+	// reply was none of the six the contract pins (a 500, a proxy in front
+	// answering 502, a body that does not parse). Whether anything was admitted is
+	// unknown; only the audit trail can tell.
+	answerNone answerKind = iota
+	answerAccepted
+	answerFenced
+	answerDuplicate
+	answerRejected
+	answerAmbiguous
+	answerUnavailable
+	answerInvalid
+)
+
+func (k answerKind) String() string {
+	switch k {
+	case answerAccepted:
+		return "accepted"
+	case answerFenced:
+		return "fenced_out"
+	case answerDuplicate:
+		return "duplicate_submission"
+	case answerRejected:
+		return "rail_rejected"
+	case answerAmbiguous:
+		return "rail_ambiguous"
+	case answerUnavailable:
+		return "rail_unavailable"
+	case answerInvalid:
+		return "invalid_request"
+	default:
+		return "no_answer"
+	}
+}
+
+// submitAnswer is one submission's answer, reduced to what the executor acts on.
+type submitAnswer struct {
+	kind          answerKind
+	status        int    // HTTP status, 0 when there was none
+	submissionID  *int64 // the proxy's row for this attempt, when it said
+	railReference string // accepted
+	declineReason *string
+
+	// DUPLICATE_SUBMISSION: the payout's forwardable attempt.
+	firstOutcome       *string
+	firstRailReference *string
+	firstSubmissionID  *int64
+
+	highestToken *int64 // FENCED_OUT
+	stage        string // RAIL_UNAVAILABLE
+	err          error  // answerNone and answerInvalid: why
+}
+
+// submit presents one payout to rail-proxy, once. ctx bounds the whole call.
+func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return submitAnswer{err: fmt.Errorf("encode submission: %w", err)}
+	}
+	// io.NopCloser hides the *bytes.Reader from NewRequest, which therefore sets no
+	// GetBody: the transport cannot rewind the body, so it cannot resend it.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/rail/submissions",
+		io.NopCloser(bytes.NewReader(body)))
+	if err != nil {
+		return submitAnswer{err: fmt.Errorf("build submission: %w", err)}
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderOwnerID, owner)
+	req.Header.Set(lockapi.HeaderIdempotencyKey, idempotencyKey(p.PayoutID, token))
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return submitAnswer{err: fmt.Errorf("submit to rail-proxy: %w", err)}
+	}
+	defer resp.Body.Close()
+	b, err := lockapi.ReadAllLimited(resp.Body, maxAnswerBytes)
+	if err != nil {
+		return submitAnswer{status: resp.StatusCode, err: fmt.Errorf("read rail-proxy answer (status %d): %w", resp.StatusCode, err)}
+	}
+	return parseAnswer(resp, b, p.PayoutID)
+}
+
+// parseAnswer maps a reply to one of the six answers of C3 #ct3-railproxy. The code
+// must come with its pinned status; anything else is no answer, since acting on a
+// reply we do not understand could post an outcome that did not happen.
+func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
+	a := submitAnswer{status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		var ok lockapi.SubmissionAccepted
+		if err := json.Unmarshal(b, &ok); err != nil {
+			a.err = fmt.Errorf("200 answer does not parse: %w", err)
+			return a
+		}
+		if ok.Outcome != lockapi.OutcomeAcked || ok.RailReference == "" || ok.PayoutID != payoutID {
+			a.err = fmt.Errorf("200 answer is not an acceptance of payout %s (outcome %q, payoutId %q)", payoutID, ok.Outcome, ok.PayoutID)
+			return a
+		}
+		a.kind = answerAccepted
+		a.railReference = ok.RailReference
+		a.submissionID = &ok.SubmissionID
+		return a
+	}
+	p := lockapi.ReadProblem(resp, b)
+	if p == nil {
+		a.err = fmt.Errorf("status %d without a problem document", resp.StatusCode)
+		return a
+	}
+	member := func(name string, dst any) {
+		if _, err := p.Member(name, dst); err != nil && a.err == nil {
+			a.err = fmt.Errorf("%s answer: member %s: %w", p.Code, name, err)
+		}
+	}
+	member("submissionId", &a.submissionID)
+	want := map[string]int{
+		lockapi.CodeFencedOut:           http.StatusConflict,
+		lockapi.CodeDuplicateSubmission: http.StatusConflict,
+		lockapi.CodeRailRejected:        http.StatusUnprocessableEntity,
+		lockapi.CodeRailAmbiguous:       http.StatusConflict,
+		lockapi.CodeRailUnavailable:     http.StatusServiceUnavailable,
+	}
+	if st, ok := want[p.Code]; ok && st != resp.StatusCode {
+		a.err = fmt.Errorf("%s answered with status %d, want %d", p.Code, resp.StatusCode, st)
+		return a
+	}
+	switch p.Code {
+	case lockapi.CodeFencedOut:
+		a.kind = answerFenced
+		member("highestToken", &a.highestToken)
+	case lockapi.CodeDuplicateSubmission:
+		member("firstOutcome", &a.firstOutcome)
+		member("firstRailReference", &a.firstRailReference)
+		member("firstSubmissionId", &a.firstSubmissionID)
+		if a.err != nil {
+			a.kind = answerNone
+			return a
+		}
+		a.kind = answerDuplicate
+	case lockapi.CodeRailRejected:
+		a.kind = answerRejected
+		member("declineReason", &a.declineReason)
+	case lockapi.CodeRailAmbiguous:
+		a.kind = answerAmbiguous
+	case lockapi.CodeRailUnavailable:
+		a.kind = answerUnavailable
+		member("stage", &a.stage)
+	case lockapi.CodeInvalidRequest:
+		switch resp.StatusCode {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+			a.kind = answerInvalid
+			a.err = p
+		default:
+			a.err = fmt.Errorf("INVALID_REQUEST answered with status %d", resp.StatusCode)
+		}
+	default:
+		a.err = p
+	}
+	return a
+}
+
+// submissions reads the audit trail of a payout, oldest first.
+func (c *proxyClient) submissions(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		c.base+"/v1/rail/submissions?payoutId="+url.QueryEscape(payoutID), nil)
+	if err != nil {
+		return nil, fmt.Errorf("build audit-trail request: %w", err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read audit trail: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := lockapi.ReadAllLimited(resp.Body, maxAnswerBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read audit trail: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		if p := lockapi.ReadProblem(resp, b); p != nil {
+			return nil, fmt.Errorf("read audit trail: %w", p)
+		}
+		return nil, fmt.Errorf("read audit trail: status %d", resp.StatusCode)
+	}
+	var list lockapi.SubmissionList
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("read audit trail: %w", err)
+	}
+	for _, s := range list.Submissions {
+		if s.PayoutID != payoutID {
+			return nil, errors.New("read audit trail: a row of another payout came back")
+		}
+	}
+	return list.Submissions, nil
+}
+
+// forwardable is the payout's one forwardable attempt (outcome NULL, ACKED,
+// REJECTED or TIMEOUT — the rows rail_submission_attempt_uidx covers), or nil.
+func forwardable(subs []lockapi.Submission) *lockapi.Submission {
+	for i := range subs {
+		o := subs[i].Outcome
+		if o == nil || *o == lockapi.OutcomeAcked || *o == lockapi.OutcomeRejected || *o == lockapi.OutcomeTimeout {
+			return &subs[i]
+		}
+	}
+	return nil
+}
