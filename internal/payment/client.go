@@ -1,0 +1,172 @@
+package payment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"lock.dev/lockapi"
+)
+
+// DefaultClientTimeout bounds each Client call when Client.Timeout is zero.
+const DefaultClientTimeout = 10 * time.Second
+
+// maxAnswerBytes bounds an answer's body: a full list of 1000 payouts is far below it.
+const maxAnswerBytes = 8 << 20
+
+// Client is payment-resource's Go client. A problem answer comes back as a
+// *lockapi.Problem (use errors.As and look at Code); any other error is a
+// transport failure or an answer that is not the API's.
+//
+// It never sends X-Idempotency-Key (C3 transport hazard): without it a POST is
+// never silently resent by net/http on a reused connection, so a claim is never
+// presented twice (a second presentation of the same token would come back
+// FENCED_OUT and mislead the caller).
+type Client struct {
+	BaseURL string
+	HTTP    *http.Client
+	// Timeout bounds each call, connecting and reading the whole answer
+	// included; zero means DefaultClientTimeout.
+	Timeout time.Duration
+}
+
+// NewClient returns a client of the payment-resource at baseURL
+// (e.g. http://127.0.0.1:8082).
+func NewClient(baseURL string) *Client {
+	// A transport of its own: closing its idle connections, or several services
+	// in one process, then touch nothing shared.
+	tr, ok := http.DefaultTransport.(*http.Transport)
+	if ok {
+		tr = tr.Clone()
+	} else {
+		tr = &http.Transport{}
+	}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Transport: tr}}
+}
+
+// Create creates a payout, or returns the existing one when it has the same five
+// fields (PAYOUT_CONFLICT when they differ).
+func (c *Client) Create(ctx context.Context, req lockapi.SubmissionRequest) (lockapi.Payout, error) {
+	var p lockapi.Payout
+	err := c.do(ctx, http.MethodPost, "/v1/payouts", nil, nil, req, &p)
+	return p, err
+}
+
+// Get reads one payout.
+func (c *Client) Get(ctx context.Context, id string) (lockapi.Payout, error) {
+	var p lockapi.Payout
+	err := c.do(ctx, http.MethodGet, "/v1/payouts/"+url.PathEscape(id), nil, nil, nil, &p)
+	return p, err
+}
+
+// List reads payouts oldest updatedAt first. Empty status or accountID, a nil
+// updatedBefore and a zero limit do not filter (the server's default limit applies).
+func (c *Client) List(ctx context.Context, status, accountID string, updatedBefore *time.Time, limit int) ([]lockapi.Payout, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if accountID != "" {
+		q.Set("accountId", accountID)
+	}
+	if updatedBefore != nil {
+		q.Set("updatedBefore", updatedBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l lockapi.PayoutList
+	if err := c.do(ctx, http.MethodGet, "/v1/payouts", q, nil, nil, &l); err != nil {
+		return nil, err
+	}
+	if l.Payouts == nil {
+		l.Payouts = []lockapi.Payout{}
+	}
+	return l.Payouts, nil
+}
+
+// Claim claims a payout with token for owner (fence point (a)).
+func (c *Client) Claim(ctx context.Context, id string, token int64, owner string) (lockapi.Payout, error) {
+	var p lockapi.Payout
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, fencing(token, owner), nil, &p)
+	return p, err
+}
+
+// Post records the rail's outcome for a payout claimed with token by owner.
+func (c *Client) Post(ctx context.Context, id string, token int64, owner string, req lockapi.PostRequest) (lockapi.Payout, error) {
+	var p lockapi.Payout
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, fencing(token, owner), req, &p)
+	return p, err
+}
+
+func fencing(token int64, owner string) http.Header {
+	h := http.Header{}
+	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	h.Set(lockapi.HeaderOwnerID, owner)
+	return h
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, in, out any) error {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultClientTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := c.BaseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("payment-resource %s %s: encode: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return fmt.Errorf("payment-resource %s %s: %w", method, path, err)
+	}
+	// No re-readable body: together with never sending an idempotency key,
+	// the transport has no grounds to present a request twice.
+	req.GetBody = nil
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("payment-resource %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := lockapi.ReadAllLimited(resp.Body, maxAnswerBytes)
+	if err != nil {
+		return fmt.Errorf("payment-resource %s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("payment-resource %s %s: decoding the %d answer: %w", method, path, resp.StatusCode, err)
+		}
+		return nil
+	}
+	if p := lockapi.ReadProblem(resp, b); p != nil {
+		return p
+	}
+	return fmt.Errorf("payment-resource %s %s: unexpected %d answer", method, path, resp.StatusCode)
+}

@@ -1,0 +1,258 @@
+package payment_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/payment"
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// syncBuffer collects the service's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines returns the parsed log lines whose event is event.
+func (s *syncBuffer) events(t testing.TB, event string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		if m["event"] == event {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// env is one payment-resource served by Run over real HTTP on its own paydb.
+type env struct {
+	base   string
+	client *payment.Client
+	db     *pgxpool.Pool
+	dbURL  string
+	logs   *syncBuffer
+}
+
+// start runs payment-resource on a fresh migrated paydb, on a port-0 listener,
+// and waits until it is ready. The server is stopped, and must return nil, when
+// the test ends.
+func start(t testing.TB, opts ...func(*payment.Config)) *env {
+	t.Helper()
+	return startOn(t, pgtest.PaydbURL(t), opts...)
+}
+
+func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cfg := payment.DefaultConfig()
+	cfg.PaydbURL = dbURL
+	cfg.Listener = ln
+	cfg.LogOutput = logs
+	cfg.LogLevel = "debug"
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- payment.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("Run did not return after cancel")
+		}
+	})
+	e := &env{base: "http://" + ln.Addr().String(), dbURL: dbURL, logs: logs}
+	e.client = payment.NewClient(e.base)
+	e.db = pgtest.Pool(t, dbURL)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before ready: %v\nlogs:\n%s", err, logs.String())
+		default:
+		}
+		if code, _ := e.readyz(t); code == http.StatusOK {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 15s\nlogs:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) readyz(t testing.TB) (int, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// raw sends one request as given and returns the status and body.
+func (e *env) raw(t testing.TB, method, path string, header map[string][]string, body string) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (e *env) create(t testing.TB, id, account string, amount int64) lockapi.Payout {
+	t.Helper()
+	p, err := e.client.Create(context.Background(), lockapi.SubmissionRequest{
+		PayoutID: id, AccountID: account, AmountMinor: amount, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"})
+	if err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	return p
+}
+
+func (e *env) claim(t testing.TB, id string, token int64, owner string) lockapi.Payout {
+	t.Helper()
+	p, err := e.client.Claim(context.Background(), id, token, owner)
+	if err != nil {
+		t.Fatalf("claim %s with %d by %s: %v", id, token, owner, err)
+	}
+	return p
+}
+
+// metric reads one sample from /metrics, e.g. metric(t, `payout_transition_total{to="paid"}`).
+func (e *env) metric(t testing.TB, series string) float64 {
+	t.Helper()
+	_, b := e.raw(t, http.MethodGet, "/metrics", nil, "")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not exposed", series)
+	return 0
+}
+
+func (e *env) queryInt(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := e.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (e *env) exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.db.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// snapshot renders both of payment-resource's tables, to show that nothing was written.
+func (e *env) snapshot(t testing.TB) string {
+	t.Helper()
+	var s string
+	err := e.db.QueryRow(context.Background(), `SELECT
+	  coalesce((SELECT string_agg(row_to_json(p)::text, E'\n' ORDER BY payout_id) FROM payout p), '') || E'\n--\n' ||
+	  coalesce((SELECT string_agg(row_to_json(l)::text, E'\n' ORDER BY entry_id) FROM ledger_entry l), '')`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// asProblem returns err's problem, failing the test when err is not one with code.
+func asProblem(t testing.TB, err error, status int, code string) *lockapi.Problem {
+	t.Helper()
+	var p *lockapi.Problem
+	if !errors.As(err, &p) {
+		t.Fatalf("err = %v, want a %d %s problem", err, status, code)
+	}
+	if p.Status != status || p.Code != code {
+		t.Fatalf("problem = %d %s (%s), want %d %s", p.Status, p.Code, p.Detail, status, code)
+	}
+	return p
+}
+
+func member[T any](t testing.TB, p *lockapi.Problem, name string) T {
+	t.Helper()
+	var v T
+	ok, err := p.Member(name, &v)
+	if !ok || err != nil {
+		t.Fatalf("problem %s: member %s missing or unreadable (%v)", p.Code, name, err)
+	}
+	return v
+}
+
+func ptr[T any](v T) *T { return &v }

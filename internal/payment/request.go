@@ -1,0 +1,175 @@
+package payment
+
+import (
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"lock.dev/lockapi"
+)
+
+// Request binding: every fault is collected, nothing touches paydb.
+
+// Bounds the contract leaves open (docs/contracts/payments.md).
+const (
+	DefaultListLimit       = 100
+	MaxListLimit           = 1000
+	fieldPayoutID          = "payoutId"
+	problemUnknownQueryArg = "is not a known parameter"
+)
+
+func checkPayoutID(id string) []lockapi.FieldError {
+	if err := lockapi.ValidateIdentifier(id); err != nil {
+		return []lockapi.FieldError{{Field: fieldPayoutID, Problem: problem(err)}}
+	}
+	return nil
+}
+
+// parsePostRequest binds a post's body: outcome required (PAID, DECLINED,
+// AMBIGUOUS); railReference and declineReason optional and nullable. A PAID
+// outcome needs a railReference and takes no declineReason.
+func parsePostRequest(b []byte) (postUpdate, []lockapi.FieldError) {
+	var u postUpdate
+	o, errs := lockapi.ParseObject(b)
+	if errs != nil {
+		return u, errs
+	}
+	outcome, outcomeOK := o.String("outcome", true, false, validateOutcome)
+	ref, refOK := o.String("railReference", false, true, validateRailReference)
+	reason, reasonOK := o.String("declineReason", false, true, validateDeclineReason)
+	errs = o.Finish()
+	u.Outcome = outcome
+	if refOK {
+		u.RailReference = &ref
+	}
+	if reasonOK {
+		u.DeclineReason = &reason
+	}
+	if outcomeOK && outcome == lockapi.StatusPaid {
+		if !refOK && !hasFault(errs, "railReference") {
+			errs = append(errs, lockapi.FieldError{Field: "railReference", Problem: "is required when outcome is PAID"})
+		}
+		if reasonOK {
+			errs = append(errs, lockapi.FieldError{Field: "declineReason", Problem: "must be absent or null when outcome is PAID"})
+		}
+	}
+	return u, errs
+}
+
+func validateOutcome(s string) error {
+	switch s {
+	case lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous:
+		return nil
+	}
+	return fault("must be PAID, DECLINED or AMBIGUOUS")
+}
+
+// validateRailReference accepts any non-empty text, and validateDeclineReason any
+// text: both are the rail's own words, relayed by rail-proxy. Refusing them for
+// their length or characters would leave a payout whose money moved (or did not)
+// unrecordable; the 64 KiB body bound limits them. Only NUL is refused, since
+// PostgreSQL text cannot hold it.
+func validateRailReference(s string) error {
+	if s == "" {
+		return fault("must not be empty")
+	}
+	return validateDeclineReason(s)
+}
+
+func validateDeclineReason(s string) error {
+	if strings.ContainsRune(s, 0) {
+		return fault("must not contain NUL characters")
+	}
+	return nil
+}
+
+func hasFault(errs []lockapi.FieldError, field string) bool {
+	for _, e := range errs {
+		if e.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// parseListQuery binds GET /v1/payouts: status, accountId, updatedBefore, limit;
+// each at most once and not empty; nothing else.
+func parseListQuery(q url.Values) (listFilter, []lockapi.FieldError) {
+	f := listFilter{Limit: DefaultListLimit}
+	var errs []lockapi.FieldError
+	add := func(field, p string) { errs = append(errs, lockapi.FieldError{Field: field, Problem: p}) }
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		switch name {
+		case "status", "accountId", "updatedBefore", "limit":
+		default:
+			add(name, problemUnknownQueryArg)
+		}
+	}
+	get := func(name string) (string, bool) {
+		vs, ok := q[name]
+		switch {
+		case !ok:
+			return "", false
+		case len(vs) > 1:
+			add(name, "must appear at most once")
+			return "", false
+		case vs[0] == "":
+			add(name, "must not be empty when given")
+			return "", false
+		}
+		return vs[0], true
+	}
+	if v, ok := get("status"); ok {
+		switch v {
+		case lockapi.StatusPending, lockapi.StatusClaimed, lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous:
+			f.Status = v
+		default:
+			add("status", "must be PENDING, CLAIMED, PAID, DECLINED or AMBIGUOUS")
+		}
+	}
+	if v, ok := get("accountId"); ok {
+		if err := lockapi.ValidateIdentifier(v); err != nil {
+			add("accountId", problem(err))
+		} else {
+			f.AccountID = v
+		}
+	}
+	if v, ok := get("updatedBefore"); ok {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			add("updatedBefore", "must be an RFC 3339 timestamp, e.g. 2025-01-02T15:04:05.123456Z")
+		} else {
+			t = t.UTC()
+			f.UpdatedBefore = &t
+		}
+	}
+	if v, ok := get("limit"); ok {
+		n, err := strconv.Atoi(v)
+		// Canonical digits only, as for JSON integers: no sign, no leading zero.
+		if err != nil || strconv.Itoa(n) != v || n < 1 || n > MaxListLimit {
+			add("limit", "must be an integer between 1 and "+strconv.Itoa(MaxListLimit))
+		} else {
+			f.Limit = n
+		}
+	}
+	return f, errs
+}
+
+type faultError string
+
+func (e faultError) Error() string { return string(e) }
+
+func fault(p string) error { return faultError(p) }
+
+// problem is the short sentence of a lockapi validation error, without its prefix.
+func problem(err error) string {
+	const prefix = "invalid value: "
+	msg := err.Error()
+	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+		return msg[len(prefix):]
+	}
+	return msg
+}

@@ -1,0 +1,100 @@
+// Package payment is payment-resource (C3 #ct3-payouts): payouts are created,
+// claimed by an executor with its fencing token (fence point (a): a PostgreSQL
+// row that compares tokens), and posted by that claimant with the rail's outcome;
+// a PAID post writes its ledger entry in the same transaction. It also exports
+// Client, the Go client the other processes use.
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/serve"
+)
+
+// startupCheckTimeout bounds the schema check before serving.
+const startupCheckTimeout = 10 * time.Second
+
+// newServer lists the whole API.
+func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/payouts", h.create)
+	mux.HandleFunc("GET /v1/payouts", h.list)
+	mux.HandleFunc("GET /v1/payouts/{id}", h.get)
+	mux.HandleFunc("POST /v1/payouts/{id}/claim", h.claim)
+	mux.HandleFunc("POST /v1/payouts/{id}/post", h.post)
+	serve.Mount(mux, health, reg)
+	return serve.Handler(mux, h.logger)
+}
+
+// Run serves payment-resource until ctx is cancelled, then drains and returns
+// nil. It refuses to start when paydb's schema is behind, or cannot be read.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, err := serve.NewLogger(cfg.logOutput(), ServiceName, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	defer st.close()
+
+	cctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	err = st.checkSchema(cctx)
+	cancel()
+	if errors.Is(err, dbconn.ErrSchemaBehind) {
+		return fmt.Errorf("%w; run `%s migrate` first", err, ServiceName)
+	}
+	if err != nil {
+		return fmt.Errorf("paydb: cannot verify the schema: %w", err)
+	}
+
+	reg := serve.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		return err
+	}
+	health := serve.NewHealth()
+	health.Add("db", st.ping)
+	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout()}
+
+	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
+	if err != nil {
+		return err
+	}
+	logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String())
+	return serve.Serve(ctx, ln, newServer(h, health, reg), health, logger)
+}
+
+// Migrate applies paydb's whole migration tree and returns. Concurrent and
+// repeated runs are safe (goose holds an advisory lock).
+func Migrate(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, err := serve.NewLogger(cfg.logOutput(), ServiceName, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	defer st.close()
+	v, err := st.migrate(ctx, logger)
+	if err != nil {
+		return err
+	}
+	logger.Info("paydb migrated", "event", "migrated", "version", v)
+	return nil
+}

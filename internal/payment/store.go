@@ -1,0 +1,449 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
+	"lock.dev/lockapi"
+)
+
+// The store's verdicts. pgx stops here: callers see these, never a driver error.
+var (
+	// ErrNotFound: no payout has that id.
+	ErrNotFound = errors.New("payout not found")
+	// ErrUnavailable: paydb could not be reached, or did not answer within the
+	// request's bound. For a post the outcome is then unknown to the caller (the
+	// commit may have landed); reading the payout tells.
+	ErrUnavailable = errors.New("paydb unavailable")
+)
+
+// FinalError refuses any call on a payout in a final state.
+type FinalError struct{ Status string }
+
+func (e *FinalError) Error() string { return "payout is final: " + e.Status }
+
+// FencedError refuses a claim or a post whose token is not the one the payout
+// accepts: for a claim, not above fence_token; for a post, not the claimant's.
+type FencedError struct {
+	Presented  int64
+	FenceToken int64
+	Status     string
+	ClaimedBy  *string
+	Reason     string // for the problem's detail and the log
+}
+
+func (e *FencedError) Error() string { return "fenced out: " + e.Reason }
+
+// ConflictError refuses a create whose payoutId exists with other fields.
+type ConflictError struct {
+	Existing lockapi.Payout
+	Fields   []string // the differing members, in request order
+}
+
+func (e *ConflictError) Error() string {
+	return "payout exists with different " + strings.Join(e.Fields, ", ")
+}
+
+// store is payment-resource's view of paydb: payout and ledger_entry only.
+type store struct {
+	pool *pgxpool.Pool
+}
+
+// checkDatabaseURL reports whether url parses as a connection string, without
+// quoting it (it may carry a password).
+func checkDatabaseURL(url string) error {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return errors.New("database URL cannot be parsed")
+	}
+	return nil
+}
+
+func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
+	pool, err := dbconn.Open(ctx, url, int32(maxConns))
+	if err != nil {
+		return nil, err
+	}
+	return &store{pool: pool}, nil
+}
+
+func (s *store) close() { s.pool.Close() }
+
+func (s *store) ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// checkSchema returns an error wrapping dbconn.ErrSchemaBehind when paydb lacks
+// migrations this binary embeds.
+func (s *store) checkSchema(ctx context.Context) error { return paydb.Tree().Check(ctx, s.pool) }
+
+// migrate applies the whole paydb tree (rail-proxy's tables too: C1 keeps one tree).
+func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
+	return paydb.Tree().Migrate(ctx, s.pool, logger)
+}
+
+const payoutColumns = `payout_id, account_id, amount_minor, currency, beneficiary, status,
+       fence_token, claimed_by, rail_reference, decline_reason, created_at, updated_at`
+
+func scanPayout(row pgx.Row) (lockapi.Payout, error) {
+	var p lockapi.Payout
+	err := row.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Beneficiary, &p.Status,
+		&p.FenceToken, &p.ClaimedBy, &p.RailReference, &p.DeclineReason, &p.CreatedAt, &p.UpdatedAt)
+	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	return p, err
+}
+
+const insertPayoutSQL = `
+INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (payout_id) DO NOTHING
+RETURNING ` + payoutColumns
+
+// Create inserts a PENDING payout. created is false when the payoutId already
+// existed: with identical fields that is the same create again (no error), with
+// other fields a *ConflictError.
+func (s *store) Create(ctx context.Context, req lockapi.SubmissionRequest) (p lockapi.Payout, created bool, err error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return lockapi.Payout{}, false, fmt.Errorf("create payout: %w", err)
+	}
+	defer rollback(ctx, tx)
+	p, err = scanPayout(tx.QueryRow(ctx, insertPayoutSQL,
+		req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, req.Beneficiary))
+	created = err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return lockapi.Payout{}, false, classify("create payout", err)
+	}
+	if !created {
+		// The insert lost to an existing row: ON CONFLICT waited for a concurrent
+		// inserter to commit, and this second statement's snapshot (READ
+		// COMMITTED) sees that row. Comparing after the insert, never before, is
+		// what makes concurrent identical creates all succeed with one row.
+		p, err = scanPayout(tx.QueryRow(ctx, selectPayoutSQL, req.PayoutID))
+		if err != nil { // payouts are never deleted, so no row is a fault too
+			return lockapi.Payout{}, false, classify("create payout: read the existing row", err)
+		}
+		if diff := differingFields(p, req); len(diff) > 0 {
+			return p, false, &ConflictError{Existing: p, Fields: diff}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lockapi.Payout{}, false, classify("create payout: commit", err)
+	}
+	return p, created, nil
+}
+
+func differingFields(p lockapi.Payout, req lockapi.SubmissionRequest) []string {
+	var diff []string
+	if p.AccountID != req.AccountID {
+		diff = append(diff, "accountId")
+	}
+	if p.AmountMinor != req.AmountMinor {
+		diff = append(diff, "amountMinor")
+	}
+	if p.Currency != req.Currency {
+		diff = append(diff, "currency")
+	}
+	if p.Beneficiary != req.Beneficiary {
+		diff = append(diff, "beneficiary")
+	}
+	return diff
+}
+
+const selectPayoutSQL = `SELECT ` + payoutColumns + ` FROM payout WHERE payout_id = $1`
+
+// Get reads one payout.
+func (s *store) Get(ctx context.Context, id string) (lockapi.Payout, error) {
+	p, err := scanPayout(s.pool.QueryRow(ctx, selectPayoutSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lockapi.Payout{}, ErrNotFound
+	}
+	if err != nil {
+		return lockapi.Payout{}, classify("read payout", err)
+	}
+	return p, nil
+}
+
+// listFilter selects payouts; empty or nil fields do not filter.
+type listFilter struct {
+	Status        string
+	AccountID     string
+	UpdatedBefore *time.Time
+	Limit         int
+}
+
+// Two statements rather than "$1 IS NULL OR status = $1": a cached generic plan
+// of the latter cannot use payout_status_idx, and executors poll by status.
+const (
+	listByStatusSQL = `SELECT ` + payoutColumns + ` FROM payout
+ WHERE status = $1
+   AND ($2::text IS NULL OR account_id = $2)
+   AND ($3::timestamptz IS NULL OR updated_at < $3)
+ ORDER BY updated_at, payout_id
+ LIMIT $4`
+	listAnySQL = `SELECT ` + payoutColumns + ` FROM payout
+ WHERE ($1::text IS NULL OR account_id = $1)
+   AND ($2::timestamptz IS NULL OR updated_at < $2)
+ ORDER BY updated_at, payout_id
+ LIMIT $3`
+)
+
+// List returns payouts oldest updatedAt first, payoutId breaking ties.
+func (s *store) List(ctx context.Context, f listFilter) ([]lockapi.Payout, error) {
+	var account, before any
+	if f.AccountID != "" {
+		account = f.AccountID
+	}
+	if f.UpdatedBefore != nil {
+		before = *f.UpdatedBefore
+	}
+	var rows pgx.Rows
+	var err error
+	if f.Status != "" {
+		rows, err = s.pool.Query(ctx, listByStatusSQL, f.Status, account, before, f.Limit)
+	} else {
+		rows, err = s.pool.Query(ctx, listAnySQL, account, before, f.Limit)
+	}
+	if err != nil {
+		return nil, classify("list payouts", err)
+	}
+	defer rows.Close()
+	out := []lockapi.Payout{}
+	for rows.Next() {
+		p, err := scanPayout(rows)
+		if err != nil {
+			return nil, classify("list payouts", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("list payouts", err)
+	}
+	return out, nil
+}
+
+// claimSQL is fence point (a), verbatim from C1 #ct1-payments: strict "<", so an
+// equal token is a replay, not a new holder; a final payout never matches.
+const claimSQL = `UPDATE payout SET status='CLAIMED', fence_token=$2, claimed_by=$3, updated_at=now()
+ WHERE payout_id=$1 AND status IN ('PENDING','CLAIMED') AND fence_token < $2
+RETURNING ` + payoutColumns
+
+// explainSQL reads why a conditional UPDATE matched nothing. It only explains:
+// the verdict was the UPDATE's.
+const explainSQL = `SELECT status, fence_token, claimed_by FROM payout WHERE payout_id = $1`
+
+// attempts bounds the re-runs of a conditional UPDATE whose explanation shows a
+// row that would now match (see Claim); the state only moves forward, so a second
+// run settles it.
+const attempts = 3
+
+// Claim takes the payout for token and owner at fence point (a). Refusals, in
+// the contract's precedence: ErrNotFound, *FinalError, *FencedError.
+func (s *store) Claim(ctx context.Context, id string, token int64, owner string) (lockapi.Payout, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return lockapi.Payout{}, fmt.Errorf("claim payout: %w", err)
+	}
+	defer rollback(ctx, tx)
+	p, err := claimInTx(ctx, tx, id, token, owner)
+	if err != nil {
+		return lockapi.Payout{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lockapi.Payout{}, classify("claim payout: commit", err)
+	}
+	return p, nil
+}
+
+func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string) (lockapi.Payout, error) {
+	for range attempts {
+		p, err := scanPayout(tx.QueryRow(ctx, claimSQL, id, token, owner))
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return lockapi.Payout{}, classify("claim payout", err)
+		}
+		var status string
+		var fence int64
+		var claimedBy *string
+		err = tx.QueryRow(ctx, explainSQL, id).Scan(&status, &fence, &claimedBy)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return lockapi.Payout{}, ErrNotFound
+		case err != nil:
+			return lockapi.Payout{}, classify("claim payout", err)
+		case isFinal(status):
+			return lockapi.Payout{}, &FinalError{Status: status}
+		case fence >= token:
+			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
+				Reason: fmt.Sprintf("token %d is not greater than the payout's fence token %d", token, fence)}
+		}
+		// fence_token only grows and final states never move, so a row the UPDATE
+		// refused cannot look claimable now, unless it did not exist yet when the
+		// UPDATE's snapshot was taken: run the UPDATE again (READ COMMITTED gives
+		// each statement a fresh snapshot).
+	}
+	return lockapi.Payout{}, fmt.Errorf("claim payout %s: state kept changing under %d attempts", id, attempts)
+}
+
+// postSQL: only the claimant posts: the row must be CLAIMED with exactly this
+// token, presented by the owner that claimed with it.
+const postSQL = `UPDATE payout SET status=$4, rail_reference=$5, decline_reason=$6, updated_at=now()
+ WHERE payout_id=$1 AND status='CLAIMED' AND fence_token=$2 AND claimed_by=$3
+RETURNING ` + payoutColumns
+
+// ledgerSQL debits the account: amount_minor is the payout's amount negated.
+const ledgerSQL = `INSERT INTO ledger_entry (payout_id, account_id, amount_minor, currency, posted_token)
+VALUES ($1, $2, $3, $4, $5)`
+
+// postUpdate is what a post writes.
+type postUpdate struct {
+	Outcome       string // PAID, DECLINED or AMBIGUOUS: the final status
+	RailReference *string
+	DeclineReason *string
+}
+
+// Post moves a CLAIMED payout to its final status. A PAID post writes its
+// ledger_entry in the same transaction: both commit or neither does. Refusals,
+// in the contract's precedence: ErrNotFound, *FinalError, *FencedError.
+func (s *store) Post(ctx context.Context, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return lockapi.Payout{}, fmt.Errorf("post payout: %w", err)
+	}
+	defer rollback(ctx, tx)
+	p, err := postInTx(ctx, tx, id, token, owner, u)
+	if err != nil {
+		return lockapi.Payout{}, err
+	}
+	if p.Status == lockapi.StatusPaid {
+		if _, err := tx.Exec(ctx, ledgerSQL, p.PayoutID, p.AccountID, -p.AmountMinor, p.Currency, token); err != nil {
+			return lockapi.Payout{}, classify("post payout: ledger entry", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lockapi.Payout{}, classify("post payout: commit", err)
+	}
+	return p, nil
+}
+
+func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
+	for range attempts {
+		p, err := scanPayout(tx.QueryRow(ctx, postSQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return lockapi.Payout{}, classify("post payout", err)
+		}
+		var status string
+		var fence int64
+		var claimedBy *string
+		err = tx.QueryRow(ctx, explainSQL, id).Scan(&status, &fence, &claimedBy)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return lockapi.Payout{}, ErrNotFound
+		case err != nil:
+			return lockapi.Payout{}, classify("post payout", err)
+		case isFinal(status):
+			return lockapi.Payout{}, &FinalError{Status: status}
+		case status != lockapi.StatusClaimed:
+			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
+				Reason: "the payout is not claimed"}
+		case fence != token:
+			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
+				Reason: fmt.Sprintf("token %d is not the claimant's token %d", token, fence)}
+		case claimedBy == nil || *claimedBy != owner:
+			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
+				Reason: "the payout was claimed with this token by another owner"}
+		}
+		// The row now matches: a claim with this token committed after the
+		// UPDATE's snapshot was taken (a post racing its own claim). Run it again;
+		// READ COMMITTED gives each statement a fresh snapshot.
+	}
+	return lockapi.Payout{}, fmt.Errorf("post payout %s: state kept changing under %d attempts", id, attempts)
+}
+
+func isFinal(status string) bool {
+	return status == lockapi.StatusPaid || status == lockapi.StatusDeclined || status == lockapi.StatusAmbiguous
+}
+
+// setStatementTimeoutSQL bounds the rest of a transaction's statements on the
+// server. At the context's deadline pgx drops the connection and sends the
+// server a cancel request, but that request is best effort and races the
+// statement. So every write runs in an explicit transaction — a statement that
+// finishes after its client left can then never commit (an autocommitted UPDATE
+// waiting on a row lock did, in testing, after its request had answered 503) —
+// and the server stops the statement at the same bound by itself.
+const setStatementTimeoutSQL = `SELECT set_config('statement_timeout', $1, true)`
+
+// begin opens a transaction whose statements the server itself stops at ctx's
+// deadline. So a request that answers 503 has written nothing — unless the
+// bound ran out during COMMIT, the one moment whose outcome a client cannot know.
+func (s *store) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, classify("begin", err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ms := time.Until(dl).Milliseconds()
+		if ms < 1 {
+			rollback(ctx, tx)
+			return nil, classify("begin", context.DeadlineExceeded)
+		}
+		if _, err := tx.Exec(ctx, setStatementTimeoutSQL, strconv.FormatInt(ms, 10)); err != nil {
+			rollback(ctx, tx)
+			return nil, classify("begin", err)
+		}
+	}
+	return tx, nil
+}
+
+// rollback ends tx if it is still open. It runs detached from the request and
+// briefly bounded, so a cancelled request never leaves a transaction open.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// classify wraps err, marking it ErrUnavailable when paydb could not be reached
+// or did not answer in time; anything else is a fault of ours (500).
+func classify(op string, err error) error {
+	if unavailable(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// 08 connection exception, 53 insufficient resources, 57 operator
+		// intervention (cancelled, shutting down, cannot connect now).
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "53") || strings.HasPrefix(pe.Code, "57")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || pgconn.SafeToRetry(err)
+}
