@@ -1,0 +1,171 @@
+package demo
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"lock.dev/internal/railproxy"
+)
+
+// Config is everything lockdemo can be told. Flags only (C5: lockdemo is a
+// command-line tool); ParseArgs fills it.
+type Config struct {
+	Payouts   int     // payouts seeded per run
+	Accounts  int     // accounts they are spread over
+	Executors int     // executor instances, each its own owner id
+	Workers   int     // workers per executor
+	Chaos     float64 // chaos intensity 0..1: scales pauses, drops, declines and slow-rail windows
+	// PauseProbability is EXECUTOR_PAUSE_PROBABILITY at chaos 1: the chance that a
+	// cycle freezes between claim and submit for Pause.
+	PauseProbability float64
+	Crashes          int   // abrupt rail-proxy crashes (SIGKILL + restart) per run
+	Seed             int64 // seeds the payouts, the rail-stub's draws, the executors' pauses and the chaos schedule
+
+	MaxDuration time.Duration // bound of one run; payouts still unsettled then are violations
+	Fencing     bool          // RAIL_PROXY_FENCING_ENABLED of a single run
+	Compare     bool          // run fencing on and off on fresh databases, side by side
+
+	JSON bool // the report as JSON on stdout
+	Keep bool // leave the servers running after the report until interrupted
+
+	PaydbURL, LockdbURL string // existing, empty databases instead of a throwaway PostgreSQL
+	LogPath             string // the services' JSON logs; empty: a file in the temp directory
+
+	// Timing. The defaults make stale writers: a pause outlives the lease.
+	LeaseTTL           time.Duration // EXECUTOR_LEASE_TTL
+	Pause              time.Duration // EXECUTOR_PAUSE
+	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
+	RailConnectTimeout time.Duration // RAIL_CONNECT_TIMEOUT
+}
+
+// DefaultConfig is lockdemo's defaults: both runs finish well inside two minutes
+// on a two-core machine.
+func DefaultConfig() Config {
+	return Config{
+		Payouts:            200,
+		Accounts:           16,
+		Executors:          4,
+		Workers:            2,
+		Chaos:              1,
+		PauseProbability:   0.06,
+		Crashes:            1,
+		Seed:               42,
+		MaxDuration:        50 * time.Second,
+		Fencing:            true,
+		Compare:            true,
+		LeaseTTL:           time.Second,
+		Pause:              2 * time.Second,
+		RailReadTimeout:    400 * time.Millisecond,
+		RailConnectTimeout: 200 * time.Millisecond,
+	}
+}
+
+// InterruptedAfter is the RAIL_PROXY_INTERRUPTED_AFTER lockdemo gives rail-proxy:
+// as short as C3 allows for the timeouts in use (it must exceed admission +
+// connect + read + resolution), so a crash's interrupted intents settle within
+// the run.
+func (c Config) InterruptedAfter() time.Duration {
+	return railproxy.AdmissionBound + c.RailConnectTimeout + c.RailReadTimeout + railproxy.ResolveBound + 100*time.Millisecond
+}
+
+// ProxyTimeout is the executors' EXECUTOR_PROXY_TIMEOUT: above the proxy's worst
+// case with these timeouts, as C3 asks.
+func (c Config) ProxyTimeout() time.Duration {
+	return c.InterruptedAfter() + 400*time.Millisecond
+}
+
+// Validate checks every bound; an error names the flag.
+func (c Config) Validate() error {
+	switch {
+	case c.Payouts < 1 || c.Payouts > 100_000:
+		return errors.New("--payouts must be between 1 and 100000")
+	case c.Accounts < 1 || c.Accounts > c.Payouts:
+		return errors.New("--accounts must be between 1 and --payouts")
+	case c.Executors < 1 || c.Executors > 64:
+		return errors.New("--executors must be between 1 and 64")
+	case c.Workers < 1 || c.Workers > 64:
+		return errors.New("--workers must be between 1 and 64")
+	case c.Chaos < 0 || c.Chaos > 1:
+		return errors.New("--chaos must be between 0 and 1")
+	case c.PauseProbability < 0 || c.PauseProbability > 1:
+		return errors.New("--pause-probability must be between 0 and 1")
+	case c.Crashes < 0 || c.Crashes > 10:
+		return errors.New("--crashes must be between 0 and 10")
+	case c.MaxDuration < 5*time.Second:
+		return errors.New("--max-duration must be at least 5s")
+	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Millisecond != 0:
+		return errors.New("--lease-ttl must be whole milliseconds, at least 1s (lock-server's LOCK_MIN_TTL)")
+	case c.Pause < 0:
+		return errors.New("--pause must not be negative")
+	case c.RailReadTimeout <= 0 || c.RailConnectTimeout <= 0:
+		return errors.New("--rail-read-timeout and --rail-connect-timeout must be positive")
+	case (c.PaydbURL == "") != (c.LockdbURL == ""):
+		return errors.New("--paydb-url and --lockdb-url go together")
+	case c.Keep && c.Compare && c.PaydbURL != "":
+		return errors.New("--keep with --compare needs the throwaway PostgreSQL: two runs cannot both stay on the given databases")
+	}
+	return nil
+}
+
+// ParseArgs reads lockdemo's flags. --fencing without --compare means a single run
+// with that setting; otherwise both settings run side by side. --help writes the
+// usage to usage and returns flag.ErrHelp; any other error is a usage error.
+func ParseArgs(args []string, usage io.Writer) (Config, error) {
+	if usage == nil {
+		usage = io.Discard
+	}
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("lockdemo", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&cfg.Payouts, "payouts", cfg.Payouts, "payouts seeded per run")
+	fs.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts the payouts are spread over")
+	fs.IntVar(&cfg.Executors, "executors", cfg.Executors, "executors (each its own owner id)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per executor")
+	fs.Float64Var(&cfg.Chaos, "chaos", cfg.Chaos, "chaos intensity 0..1: executor pauses, dropped replies, declines, slow-rail windows (0 = none)")
+	fs.Float64Var(&cfg.PauseProbability, "pause-probability", cfg.PauseProbability, "EXECUTOR_PAUSE_PROBABILITY at chaos 1: chance a cycle freezes between claim and submit")
+	fs.IntVar(&cfg.Crashes, "crashes", cfg.Crashes, "abrupt rail-proxy crashes (SIGKILL, then restart on the same port) per run")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the payouts, the rail-stub's draws, the executors' pauses and the chaos schedule")
+	fs.DurationVar(&cfg.MaxDuration, "max-duration", cfg.MaxDuration, "bound of one run; payouts still unsettled then fail the run")
+	fs.BoolVar(&cfg.Fencing, "fencing", cfg.Fencing, "RAIL_PROXY_FENCING_ENABLED for a single run (given alone, turns --compare off)")
+	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
+	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
+	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
+	fs.StringVar(&cfg.PaydbURL, "paydb-url", "", "use this empty paydb instead of a throwaway PostgreSQL (with --lockdb-url)")
+	fs.StringVar(&cfg.LockdbURL, "lockdb-url", "", "use this empty lockdb instead of a throwaway PostgreSQL (with --paydb-url)")
+	fs.StringVar(&cfg.LogPath, "log", "", "file for the services' JSON logs (default: a new file in the temp directory)")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "EXECUTOR_LEASE_TTL")
+	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "EXECUTOR_PAUSE: a paused executor's freeze; longer than --lease-ttl makes stale writers")
+	fs.DurationVar(&cfg.RailReadTimeout, "rail-read-timeout", cfg.RailReadTimeout, "RAIL_READ_TIMEOUT; slow-rail windows answer later than this")
+	fs.DurationVar(&cfg.RailConnectTimeout, "rail-connect-timeout", cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fmt.Fprint(usage, `lockdemo: the whole lock.dev system on one machine, under chaos, ending in a verdict.
+
+Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail-proxy,
+seeds payouts, runs executors with stale-writer pauses, a slow and lossy rail and a
+rail-proxy crash, then checks the invariants from ground truth. By default it runs the
+same seeded scenario twice, with fencing on and off. Exit status 0 only when every
+invariant held in the fenced run. See docs/lockdemo.md.
+
+usage: lockdemo [flags]
+
+`)
+			fs.PrintDefaults()
+			return cfg, flag.ErrHelp
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["fencing"] && !set["compare"] {
+		cfg.Compare = false
+	}
+	return cfg, cfg.Validate()
+}

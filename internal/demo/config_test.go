@@ -1,0 +1,101 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/internal/invariants"
+)
+
+func TestParseArgs(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseArgs(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Compare || !cfg.Fencing || cfg.Payouts != DefaultConfig().Payouts {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = ParseArgs([]string{"--fencing=false", "--payouts", "30", "--accounts=3", "--seed=9", "--max-duration=20s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Compare || cfg.Fencing || cfg.Payouts != 30 || cfg.Accounts != 3 || cfg.Seed != 9 || cfg.MaxDuration != 20*time.Second {
+		t.Errorf("--fencing=false alone is a single unfenced run: %+v", cfg)
+	}
+	cfg, err = ParseArgs([]string{"--fencing=false", "--compare"}, nil)
+	if err != nil || !cfg.Compare {
+		t.Errorf("--compare given explicitly wins: %+v %v", cfg, err)
+	}
+	for _, bad := range [][]string{
+		{"--payouts=0"}, {"--accounts=500"}, {"--chaos=1.5"}, {"--lease-ttl=500ms"}, {"--executors=0"},
+		{"--paydb-url=postgres://x/y"}, {"--nope"}, {"extra"}, {"--max-duration=1s"}, {"--pause-probability=2"},
+		{"--keep", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
+	} {
+		if _, err := ParseArgs(bad, nil); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	var usage bytes.Buffer
+	if _, err := ParseArgs([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "docs/lockdemo.md"} {
+		if !strings.Contains(usage.String(), want) {
+			t.Errorf("usage lacks %q", want)
+		}
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"--help"}, &out, &errOut); code != 0 || out.Len() == 0 {
+		t.Errorf("--help: exit %d, usage %q", code, out.String())
+	}
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"--payouts=-1"}, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "--payouts") || strings.Count(errOut.String(), "\n") != 1 {
+		t.Errorf("bad flag: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// The interrupted-intent age is the shortest rail-proxy accepts for the demo's
+// timeouts: above admission + connect + read + resolution, by a small margin.
+func TestInterruptedAfter(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	bound := 2*time.Second + cfg.RailConnectTimeout + cfg.RailReadTimeout + 2*time.Second
+	if got := cfg.InterruptedAfter(); got <= bound || got > bound+time.Second {
+		t.Errorf("InterruptedAfter = %s, bound %s", got, bound)
+	}
+	if cfg.ProxyTimeout() <= bound {
+		t.Errorf("ProxyTimeout %s does not exceed the proxy's worst case %s", cfg.ProxyTimeout(), bound)
+	}
+}
+
+func TestVerdictIsTheFencedRun(t *testing.T) {
+	t.Parallel()
+	pass := invariants.Report{}
+	fail := invariants.Report{Violations: []invariants.Finding{{Check: invariants.CheckStaleAdmission}}}
+	cases := []struct {
+		runs []*Result
+		want bool
+	}{
+		{[]*Result{{Fencing: true, Report: pass}, {Fencing: false, Report: fail}}, true},
+		{[]*Result{{Fencing: true, Report: fail}, {Fencing: false, Report: pass}}, false},
+		{[]*Result{{Fencing: false, Report: fail}}, false},
+		{[]*Result{{Fencing: false, Report: pass}}, true},
+		{nil, false},
+	}
+	for i, c := range cases {
+		if got := verdict(c.runs); got != c.want {
+			t.Errorf("case %d: verdict %v, want %v", i, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,282 @@
+// Package demo is lockdemo: the whole lock.dev system on one machine, under chaos,
+// ending in a verdict. It starts a throwaway PostgreSQL (or uses given databases),
+// lock-server, payment-resource, rail-stub and rail-proxy (as a child process, so it
+// can be crashed), seeds payouts, runs executors that freeze past their lease
+// (stale writers) against a rail that is slow past the proxy's read timeout and
+// drops replies, kills rail-proxy mid-run, and then judges the ground truth with
+// package invariants. By default the same seeded scenario runs twice, with fencing
+// on and off, on fresh databases and a fresh rail-stub each.
+//
+// A binary using this package calls stack.ChildMain first thing in main: the
+// crashed rail-proxy is this binary started again.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"lock.dev/internal/invariants"
+	"lock.dev/internal/pgcluster"
+)
+
+// Main is lockdemo's whole command line: it parses args, runs, writes the report
+// to stdout and progress to stderr, and returns the exit status: 0 only when every
+// invariant held in the fenced run (or, for a single --fencing=false run, in that
+// run), 1 otherwise or on failure, 2 for a usage error.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := ParseArgs(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lockdemo: %v (see --help)\n", err)
+		return 2
+	}
+	ok, err := Run(ctx, cfg, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "lockdemo: %v\n", err)
+		return 1
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// Output is the --json document.
+type Output struct {
+	Seed     int64     `json:"seed"`
+	Settings Settings  `json:"settings"`
+	Runs     []*Result `json:"runs"`
+	// OK is the exit status's verdict: every invariant held in the fenced run.
+	OK      bool   `json:"ok"`
+	LogPath string `json:"logPath"`
+}
+
+// Settings echoes what the runs were given.
+type Settings struct {
+	Payouts            int     `json:"payouts"`
+	Accounts           int     `json:"accounts"`
+	Executors          int     `json:"executors"`
+	Workers            int     `json:"workersPerExecutor"`
+	Chaos              float64 `json:"chaos"`
+	PauseProbability   float64 `json:"pauseProbability"`
+	Crashes            int     `json:"proxyCrashes"`
+	LeaseTTLMs         int64   `json:"leaseTtlMs"`
+	PauseMs            int64   `json:"pauseMs"`
+	RailReadTimeoutMs  int64   `json:"railReadTimeoutMs"`
+	InterruptedAfterMs int64   `json:"interruptedAfterMs"`
+}
+
+// Run runs the configured scenario(s), writes the report and reports whether the
+// verdict is a pass. With cfg.Keep it then waits for ctx to end before stopping
+// the servers.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error) {
+	if err := cfg.Validate(); err != nil {
+		return false, err
+	}
+	p := newProgress(stderr)
+	logPath, logFile, err := openLog(cfg.LogPath)
+	if err != nil {
+		return false, err
+	}
+	defer logFile.Close()
+	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers; service logs in %s",
+		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, logPath)
+
+	settings := []bool{cfg.Fencing}
+	if cfg.Compare {
+		settings = []bool{true, false}
+	}
+	targets := make([]target, len(settings))
+	if cfg.PaydbURL != "" {
+		for i := range targets {
+			targets[i] = target{paydbURL: cfg.PaydbURL, lockdbURL: cfg.LockdbURL, wipe: i > 0}
+		}
+	} else {
+		p.say("starting a throwaway PostgreSQL …")
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		cluster, err := pgcluster.Start(sctx, pgcluster.Options{})
+		if err != nil {
+			cancel()
+			return false, fmt.Errorf("start a throwaway PostgreSQL: %w", err)
+		}
+		defer func() { _ = cluster.Stop() }()
+		for i, on := range settings {
+			suffix := "fencing_" + onOff(on)
+			for _, db := range []string{"paydb_" + suffix, "lockdb_" + suffix} {
+				if err := cluster.CreateDatabase(sctx, db, ""); err != nil {
+					cancel()
+					return false, err
+				}
+			}
+			targets[i] = target{paydbURL: cluster.URL("paydb_" + suffix), lockdbURL: cluster.URL("lockdb_" + suffix)}
+		}
+		cancel()
+	}
+
+	var runs []*Result
+	defer func() {
+		for _, r := range runs {
+			_ = r.Close()
+		}
+	}()
+	for i, on := range settings {
+		t := targets[i]
+		t.log, t.progress = logFile, p
+		p.say("run %d of %d: fencing %s (RAIL_PROXY_FENCING_ENABLED=%t)", i+1, len(settings), onOff(on), on)
+		r, err := runScenario(ctx, cfg, on, t)
+		if err != nil {
+			return false, fmt.Errorf("run with fencing %s: %w", onOff(on), err)
+		}
+		r.URLs = withDatabases(r.URLs, t)
+		runs = append(runs, r)
+	}
+
+	ok := verdict(runs)
+	if cfg.JSON {
+		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, OK: ok, LogPath: logPath}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return false, err
+		}
+	} else if err := writeReport(stdout, cfg, runs, ok, logPath); err != nil {
+		return false, err
+	}
+	if cfg.Keep {
+		w := stdout
+		if cfg.JSON {
+			w = stderr
+		}
+		writeKeep(w, runs)
+		<-ctx.Done()
+		p.say("stopping the servers …")
+	}
+	return ok, nil
+}
+
+// verdict is the exit status's judgement: the fenced run's, when there is one.
+func verdict(runs []*Result) bool {
+	for _, r := range runs {
+		if r.Fencing {
+			return r.Report.OK()
+		}
+	}
+	return len(runs) > 0 && runs[0].Report.OK()
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+func openLog(path string) (string, *os.File, error) {
+	if path == "" {
+		f, err := os.CreateTemp("", "lockdemo-*.log")
+		if err != nil {
+			return "", nil, fmt.Errorf("create the log file: %w", err)
+		}
+		return f.Name(), f, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return "", nil, fmt.Errorf("open the log file: %w", err)
+	}
+	return path, f, nil
+}
+
+func withDatabases(urls map[string]string, t target) map[string]string {
+	if urls == nil {
+		return nil
+	}
+	urls["paydb"], urls["lockdb"] = t.paydbURL, t.lockdbURL
+	return urls
+}
+
+func settingsOf(cfg Config) Settings {
+	return Settings{
+		Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors, Workers: cfg.Workers,
+		Chaos: cfg.Chaos, PauseProbability: cfg.PauseProbability * cfg.Chaos, Crashes: cfg.Crashes, LeaseTTLMs: cfg.LeaseTTL.Milliseconds(), PauseMs: cfg.Pause.Milliseconds(),
+		RailReadTimeoutMs: cfg.RailReadTimeout.Milliseconds(), InterruptedAfterMs: cfg.InterruptedAfter().Milliseconds(),
+	}
+}
+
+// writeReport is the human report: the settings, the table, the verdict.
+func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath string) error {
+	cols := make([]invariants.Column, len(runs))
+	extra := []invariants.Row{
+		{Label: "wall time"}, {Label: "every payout settled in time"}, {Label: "executor pauses (stale-writer makers)"},
+		{Label: "rail-proxy crashes (SIGKILL, restart)"}, {Label: "slow-rail windows (latency > read timeout)"},
+	}
+	for i, r := range runs {
+		cols[i] = invariants.Column{Title: "fencing " + onOff(r.Fencing), Report: r.Report}
+		extra[0].Values = append(extra[0].Values, fmt.Sprintf("%.1fs", r.Elapsed.Seconds()))
+		extra[1].Values = append(extra[1].Values, yesNo(r.Settled))
+		extra[2].Values = append(extra[2].Values, strconv.FormatInt(r.Pauses, 10))
+		extra[3].Values = append(extra[3].Values, strconv.Itoa(r.Crashes))
+		extra[4].Values = append(extra[4].Values, strconv.Itoa(r.SlowWindows))
+	}
+	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
+		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s\n\n",
+		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, cfg.Chaos,
+		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter())
+	if err := invariants.WriteTable(w, cols, extra...); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, r := range runs {
+		if !r.Fencing {
+			fmt.Fprintf(w, "With fencing off the gate admitted %d stale submissions: a holder whose lease had\n"+
+				"expired still reached the rail after a newer token had been admitted.\n", r.Report.Count(invariants.CheckStaleAdmission))
+		}
+	}
+	fmt.Fprintln(w, "Rail overtakes and presentations by superseded holders are reported, not failed: no gate in\n"+
+		"front of a memoryless rail can order calls in flight, nor fence a token before the newer one\n"+
+		"reaches it. docs/lockdemo.md explains every row.")
+	if ok {
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on.")
+	} else {
+		fmt.Fprintln(w, "\nVERDICT: FAIL — an invariant did not hold in the run that decides the exit status (see violations above).")
+	}
+	fmt.Fprintf(w, "Service logs: %s\n", logPath)
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
+}
+
+// writeKeep prints the kept servers and a few requests to try.
+func writeKeep(w io.Writer, runs []*Result) {
+	for _, r := range runs {
+		u := r.URLs
+		if u == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\nservers of the fencing-%s run, running until Ctrl-C:\n", onOff(r.Fencing))
+		for _, k := range []string{"lock-server", "payment-resource", "rail-proxy", "rail-stub", "paydb", "lockdb"} {
+			fmt.Fprintf(w, "  %-17s %s\n", k, u[k])
+		}
+		fmt.Fprintf(w, "try:\n")
+		fmt.Fprintf(w, "  curl -s '%s/v1/payouts?status=AMBIGUOUS&limit=3'\n", u["payment-resource"])
+		fmt.Fprintf(w, "  curl -s '%s/v1/rail/submissions?payoutId=p-00001'\n", u["rail-proxy"])
+		fmt.Fprintf(w, "  curl -s '%s/rail/v1/calls?limit=3'\n", u["rail-stub"])
+		fmt.Fprintf(w, "  curl -s '%s/v1/locks/account:acct-01/grants?limit=3'\n", u["lock-server"])
+		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^(rail_submission_total|lock_fenced_out_total|rail_proxy_fencing_enabled)'\n", u["rail-proxy"])
+		fmt.Fprintf(w, "  psql '%s' -c 'SELECT outcome, count(*) FROM rail_submission GROUP BY 1'\n", u["paydb"])
+	}
+	fmt.Fprintln(w, "\nCtrl-C stops them.")
+}

@@ -1,0 +1,98 @@
+package demo
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/internal/invariants"
+	"lock.dev/internal/pgtest"
+	"lock.dev/internal/stack"
+)
+
+func TestMain(m *testing.M) {
+	// The rail-proxy the scenario crashes is this test binary started again.
+	stack.ChildMain(nil)
+	os.Exit(pgtest.Main(m))
+}
+
+// shortConfig is a shortened scenario with the full chaos (pauses past the
+// lease, drops, declines, slow-rail windows, one rail-proxy crash), and more
+// pauses than the default so that stale holders are sure to show up.
+func shortConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Payouts, cfg.Accounts = 60, 4
+	cfg.Executors, cfg.Workers = 2, 2
+	cfg.PauseProbability = 0.2
+	cfg.Seed = 7
+	cfg.MaxDuration = 60 * time.Second
+	return cfg
+}
+
+func runShort(t *testing.T, fencing bool) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := runScenario(ctx, shortConfig(), fencing, target{
+		paydbURL: pgtest.PaydbURL(t), lockdbURL: pgtest.LockdbURL(t), log: io.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Crashes != 1 || r.Pauses == 0 {
+		t.Errorf("the chaos did not happen: %d crashes, %d pauses", r.Crashes, r.Pauses)
+	}
+	if !r.Settled {
+		t.Errorf("not every payout settled within %s", shortConfig().MaxDuration)
+	}
+	if r.Report.Payouts.Total != 60 || r.Report.RailCalls.Total == 0 {
+		t.Errorf("report does not describe the run: %+v", r.Report.Payouts)
+	}
+	return r
+}
+
+// TestFencedScenarioHoldsEveryInvariant runs the whole system under chaos with
+// fencing on and asserts, from ground truth, that every invariant held.
+func TestFencedScenarioHoldsEveryInvariant(t *testing.T) {
+	t.Parallel()
+	r := runShort(t, true)
+	for _, v := range r.Report.Invariants {
+		if !v.Held {
+			t.Errorf("invariant %d (%s) broken %d times", v.Invariant, v.Name, v.Violations)
+		}
+	}
+	if !r.Report.OK() {
+		t.Errorf("violations: %v", r.Report.Violations)
+	}
+	if r.Report.Count(invariants.CheckStaleAdmission) != 0 {
+		t.Error("a stale admission with fencing on")
+	}
+	if t.Failed() {
+		var b strings.Builder
+		_ = r.Report.WriteTable(&b)
+		t.Log("\n" + b.String())
+	}
+}
+
+// TestUnfencedScenarioAdmitsStaleHolders runs the same seeded chaos with the
+// fencing switch off: the paused holders' stale tokens reach the rail, and the
+// checker counts them, so it can fail.
+func TestUnfencedScenarioAdmitsStaleHolders(t *testing.T) {
+	t.Parallel()
+	r := runShort(t, false)
+	if n := r.Report.Count(invariants.CheckStaleAdmission); n == 0 {
+		var b strings.Builder
+		_ = r.Report.WriteTable(&b)
+		t.Fatalf("no stale admission with fencing off (%d pauses):\n%s", r.Pauses, b.String())
+	}
+	t.Logf("%d stale admissions from %d pauses", r.Report.Count(invariants.CheckStaleAdmission), r.Pauses)
+	if r.Report.OK() || r.Report.Held(1) {
+		t.Error("the report passes a run with stale admissions")
+	}
+	if r.Report.Submissions.Fenced != 0 || r.Report.Count(invariants.CheckFencingSwitch) != 0 {
+		t.Error("the switch did not bypass the fence: FENCED rows with fencing off")
+	}
+}

@@ -1,0 +1,112 @@
+// Package invariants judges a finished run of the system against the six
+// invariants of the spec (and the books: ledger against rail), from ground truth
+// only: what the rail-stub was presented, and what paydb and lockdb hold. It
+// never asks a service what it believes happened.
+//
+// Load reads a History; Evaluate, a pure function, turns it into a Report, which
+// renders as a text table or JSON. Tests build histories by hand.
+package invariants
+
+import (
+	"time"
+
+	"lock.dev/internal/railstub"
+)
+
+// History is the ground truth of one run.
+type History struct {
+	Calls       []railstub.Call  // the rail-stub's call log; Evaluate orders it by seq
+	Submissions []Submission     // rail_submission; Evaluate orders it by submission_id
+	HighWater   map[string]int64 // rail_high_water: account_id → highest_token
+	Payouts     []Payout         // payout
+	Ledger      []LedgerEntry    // ledger_entry
+	Grants      []Grant          // lock_grant, every lock
+}
+
+// Submission is one rail_submission row. Outcome is empty while the row is
+// unresolved (NULL in the table).
+type Submission struct {
+	SubmissionID   int64      `json:"submissionId"`
+	PayoutID       string     `json:"payoutId"`
+	AccountID      string     `json:"accountId"`
+	PresentedToken int64      `json:"presentedToken"`
+	OwnerID        string     `json:"ownerId"`
+	IdempotencyKey string     `json:"idempotencyKey"`
+	AmountMinor    int64      `json:"amountMinor"`
+	Currency       string     `json:"currency"`
+	Beneficiary    string     `json:"-"`
+	Outcome        string     `json:"outcome"`
+	RailReference  string     `json:"railReference,omitempty"`
+	DeclineReason  string     `json:"declineReason,omitempty"`
+	SubmittedAt    time.Time  `json:"submittedAt"`
+	ResolvedAt     *time.Time `json:"resolvedAt"`
+}
+
+// Unresolved is the Outcome of a row whose outcome is NULL.
+const Unresolved = ""
+
+// Admitted reports whether the attempt passed the fence and became an intent
+// (C1: outcome NULL, ACKED, REJECTED, TIMEOUT or UNSENT).
+func (s Submission) Admitted() bool {
+	switch s.Outcome {
+	case Unresolved, "ACKED", "REJECTED", "TIMEOUT", "UNSENT":
+		return true
+	}
+	return false
+}
+
+// PassedFence reports whether the token passed the fence: admitted, or a
+// DUPLICATE (whose token still advanced the mark).
+func (s Submission) PassedFence() bool { return s.Admitted() || s.Outcome == "DUPLICATE" }
+
+// Forwardable reports whether rail_submission_attempt_uidx covers the row
+// (outcome NULL, ACKED, REJECTED or TIMEOUT): the payout's one attempt at the rail.
+func (s Submission) Forwardable() bool {
+	switch s.Outcome {
+	case Unresolved, "ACKED", "REJECTED", "TIMEOUT":
+		return true
+	}
+	return false
+}
+
+// Payout is one payout row.
+type Payout struct {
+	PayoutID      string    `json:"payoutId"`
+	AccountID     string    `json:"accountId"`
+	AmountMinor   int64     `json:"amountMinor"`
+	Currency      string    `json:"currency"`
+	Status        string    `json:"status"`
+	FenceToken    int64     `json:"fenceToken"`
+	ClaimedBy     string    `json:"claimedBy,omitempty"`
+	RailReference string    `json:"railReference,omitempty"`
+	DeclineReason string    `json:"declineReason,omitempty"`
+	CreatedAt     time.Time `json:"createdAt"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+}
+
+// Final reports whether nothing can move the payout any more.
+func (p Payout) Final() bool {
+	return p.Status == "PAID" || p.Status == "DECLINED" || p.Status == "AMBIGUOUS"
+}
+
+// LedgerEntry is one ledger_entry row; AmountMinor is negative (a debit).
+type LedgerEntry struct {
+	EntryID     int64     `json:"entryId"`
+	PayoutID    string    `json:"payoutId"`
+	AccountID   string    `json:"accountId"`
+	AmountMinor int64     `json:"amountMinor"`
+	Currency    string    `json:"currency"`
+	PostedToken int64     `json:"postedToken"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+// Grant is one lock_grant row.
+type Grant struct {
+	LockName   string     `json:"lockName"`
+	Token      int64      `json:"token"`
+	OwnerID    string     `json:"ownerId"`
+	AcquiredAt time.Time  `json:"acquiredAt"`
+	TTLMs      int64      `json:"ttlMs"`
+	ExpiresAt  time.Time  `json:"expiresAt"`
+	ReleasedAt *time.Time `json:"releasedAt"`
+}

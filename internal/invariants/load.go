@@ -1,0 +1,116 @@
+package invariants
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/railstub"
+)
+
+const (
+	selectSubmissions = `
+SELECT submission_id, payout_id, account_id, presented_token, owner_id, idempotency_key,
+       amount_minor, currency, beneficiary, coalesce(outcome, ''), coalesce(rail_reference, ''),
+       coalesce(decline_reason, ''), submitted_at, resolved_at
+  FROM rail_submission
+ ORDER BY submission_id`
+
+	selectHighWater = `SELECT account_id, highest_token FROM rail_high_water`
+
+	selectPayouts = `
+SELECT payout_id, account_id, amount_minor, currency, status, fence_token,
+       coalesce(claimed_by, ''), coalesce(rail_reference, ''), coalesce(decline_reason, ''),
+       created_at, updated_at
+  FROM payout
+ ORDER BY payout_id`
+
+	selectLedger = `
+SELECT entry_id, payout_id, account_id, amount_minor, currency, posted_token, created_at
+  FROM ledger_entry
+ ORDER BY entry_id`
+
+	selectGrants = `
+SELECT lock_name, token, owner_id, acquired_at, ttl_ms, expires_at, released_at
+  FROM lock_grant
+ ORDER BY lock_name, token`
+)
+
+// Load reads the ground truth of a run: paydb's four tables, lockdb's grant
+// history, and the rail-stub's call log as the caller fetched it. paydb and lockdb
+// may be the same pool. It should run once the system is quiet: rows written
+// while it reads may be seen by one query and not by another.
+func Load(ctx context.Context, paydb, lockdb *pgxpool.Pool, calls []railstub.Call) (History, error) {
+	h := History{HighWater: map[string]int64{}}
+	h.Calls = slices.Clone(calls)
+	slices.SortFunc(h.Calls, func(a, b railstub.Call) int { return cmp.Compare(a.Seq, b.Seq) })
+
+	var err error
+	h.Submissions, err = query(ctx, paydb, "rail_submission", selectSubmissions, func(r pgx.CollectableRow) (Submission, error) {
+		var s Submission
+		err := r.Scan(&s.SubmissionID, &s.PayoutID, &s.AccountID, &s.PresentedToken, &s.OwnerID,
+			&s.IdempotencyKey, &s.AmountMinor, &s.Currency, &s.Beneficiary, &s.Outcome,
+			&s.RailReference, &s.DeclineReason, &s.SubmittedAt, &s.ResolvedAt)
+		return s, err
+	})
+	if err != nil {
+		return h, err
+	}
+	type mark struct {
+		account string
+		token   int64
+	}
+	marks, err := query(ctx, paydb, "rail_high_water", selectHighWater, func(r pgx.CollectableRow) (mark, error) {
+		var m mark
+		err := r.Scan(&m.account, &m.token)
+		return m, err
+	})
+	if err != nil {
+		return h, err
+	}
+	for _, m := range marks {
+		h.HighWater[m.account] = m.token
+	}
+	h.Payouts, err = query(ctx, paydb, "payout", selectPayouts, func(r pgx.CollectableRow) (Payout, error) {
+		var p Payout
+		err := r.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Status, &p.FenceToken,
+			&p.ClaimedBy, &p.RailReference, &p.DeclineReason, &p.CreatedAt, &p.UpdatedAt)
+		return p, err
+	})
+	if err != nil {
+		return h, err
+	}
+	h.Ledger, err = query(ctx, paydb, "ledger_entry", selectLedger, func(r pgx.CollectableRow) (LedgerEntry, error) {
+		var e LedgerEntry
+		err := r.Scan(&e.EntryID, &e.PayoutID, &e.AccountID, &e.AmountMinor, &e.Currency, &e.PostedToken, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return h, err
+	}
+	h.Grants, err = query(ctx, lockdb, "lock_grant", selectGrants, func(r pgx.CollectableRow) (Grant, error) {
+		var g Grant
+		err := r.Scan(&g.LockName, &g.Token, &g.OwnerID, &g.AcquiredAt, &g.TTLMs, &g.ExpiresAt, &g.ReleasedAt)
+		return g, err
+	})
+	if err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+func query[T any](ctx context.Context, pool *pgxpool.Pool, table, sql string, scan func(pgx.CollectableRow) (T, error)) ([]T, error) {
+	rows, err := pool.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,218 @@
+package invariants
+
+// CheckID names one check of the report; the JSON form carries it.
+type CheckID string
+
+// The checks, grouped by the invariant of the spec README they test (0: the
+// cross-module checks: the books, and the run's own setting).
+const (
+	// Invariant 1: no stale admission.
+	CheckStaleAdmission         CheckID = "stale_admission"
+	CheckRailOvertake           CheckID = "rail_overtake"           // reported, not failed
+	CheckSupersededPresentation CheckID = "superseded_presentation" // reported, not failed
+	// Invariant 2: at most one forwardable attempt per payout.
+	CheckDoublePresentation CheckID = "double_presentation"
+	CheckExtraForwardable   CheckID = "extra_forwardable_rows"
+	// Invariant 3: intent before socket.
+	CheckCallWithoutIntent CheckID = "call_without_intent"
+	// Invariant 4: complete audit.
+	CheckAttemptRows CheckID = "attempt_without_one_row"
+	// Invariant 5: ambiguity is never retried.
+	CheckAmbiguousWithoutTimeout CheckID = "ambiguous_without_timeout"
+	CheckAmbiguityRetried        CheckID = "ambiguity_retried"
+	CheckTimeoutNotAmbiguous     CheckID = "timeout_not_ambiguous" // reported, not failed
+	// Invariant 6: the mark survives everything.
+	CheckMark CheckID = "mark"
+	// Cross-module: the books, and the fencing switch.
+	CheckLedger            CheckID = "paid_ledger"
+	CheckPayoutVsRail      CheckID = "payout_vs_rail"
+	CheckBooks             CheckID = "books_balance"
+	CheckUnsettled         CheckID = "unsettled"          // fails only with Options.RequireSettled
+	CheckAmbiguousAccepted CheckID = "ambiguous_accepted" // reported, not failed
+	CheckFencingSwitch     CheckID = "fenced_with_fencing_off"
+)
+
+// Report is what Evaluate makes of a History. Its JSON form is lockdemo's --json.
+type Report struct {
+	FencingEnabled bool             `json:"fencingEnabled"`
+	Payouts        PayoutCounts     `json:"payouts"`
+	RailCalls      CallCounts       `json:"railCalls"`
+	Submissions    SubmissionCounts `json:"submissions"`
+	Money          []Money          `json:"money"` // one per currency, by code
+
+	Invariants []Verdict `json:"invariants"` // 1–6, then 0 (cross-checks)
+	Checks     []Check   `json:"checks"`
+
+	// Violations are the findings of failing checks; Notes those of checks that
+	// are reported, not failed. Both in check order, then ground-truth order.
+	Violations []Finding `json:"violations"`
+	Notes      []Finding `json:"notes"`
+}
+
+// PayoutCounts counts payouts by final state.
+type PayoutCounts struct {
+	Total     int `json:"total"`
+	Pending   int `json:"pending"`
+	Claimed   int `json:"claimed"`
+	Paid      int `json:"paid"`
+	Declined  int `json:"declined"`
+	Ambiguous int `json:"ambiguous"`
+}
+
+// CallCounts counts what the rail was presented. Dropped calls are accepted
+// payments whose reply the stub withheld (money moved; the caller cannot know).
+type CallCounts struct {
+	Total      int `json:"total"`
+	Accepted   int `json:"accepted"`
+	Dropped    int `json:"dropped"`
+	Declined   int `json:"declined"`
+	References int `json:"references"` // distinct payout ids presented
+}
+
+// SubmissionCounts counts rail_submission rows by outcome. Admitted is C1's word:
+// NULL, ACKED, REJECTED, TIMEOUT or UNSENT.
+type SubmissionCounts struct {
+	Total      int `json:"total"`
+	Admitted   int `json:"admitted"`
+	Fenced     int `json:"fenced"`
+	Duplicate  int `json:"duplicate"`
+	Acked      int `json:"acked"`
+	Rejected   int `json:"rejected"`
+	Timeout    int `json:"timeout"`
+	Unsent     int `json:"unsent"`
+	Unresolved int `json:"unresolved"`
+}
+
+// Money sums one currency in minor units. RailAccepted is every accepted call,
+// and splits exactly into AcceptedPaid (the first accepted call of a PAID payout),
+// AcceptedAmbiguous (the first accepted call of an AMBIGUOUS payout: money moved,
+// not booked, to be reconciled from the rail's records), AcceptedOther (the first
+// accepted call of any other or unknown payout) and DoublePaid (every accepted call
+// after a reference's first). The books balance when Booked — the sum of the
+// ledger's debits, negated — equals AcceptedPaid.
+type Money struct {
+	Currency          string `json:"currency"`
+	RailAccepted      int64  `json:"railAccepted"`
+	AcceptedPaid      int64  `json:"acceptedPaid"`
+	AcceptedAmbiguous int64  `json:"acceptedAmbiguous"`
+	AcceptedOther     int64  `json:"acceptedOther"`
+	DoublePaid        int64  `json:"doublePaid"`
+	Booked            int64  `json:"booked"`
+}
+
+// Verdict is one invariant's result.
+type Verdict struct {
+	Invariant  int    `json:"invariant"`
+	Name       string `json:"name"`
+	Held       bool   `json:"held"`
+	Violations int    `json:"violations"`
+}
+
+// Check is one line of the report: how many items it found and whether they are
+// violations (Fails) or reported for information.
+type Check struct {
+	ID        CheckID `json:"id"`
+	Invariant int     `json:"invariant"`
+	Title     string  `json:"title"`
+	Count     int     `json:"count"`
+	Fails     bool    `json:"fails"`
+}
+
+// Finding is one item a check found, with the ground-truth keys that locate it.
+type Finding struct {
+	Check        CheckID `json:"check"`
+	Invariant    int     `json:"invariant"`
+	AccountID    string  `json:"accountId,omitempty"`
+	PayoutID     string  `json:"payoutId,omitempty"`
+	Seq          int64   `json:"seq,omitempty"`          // rail-stub call
+	SubmissionID int64   `json:"submissionId,omitempty"` // rail_submission row
+	Detail       string  `json:"detail"`
+}
+
+// OK reports whether every invariant held.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Count is the number of items check id found (0 for a check the run did not make).
+func (r Report) Count(id CheckID) int {
+	for _, c := range r.Checks {
+		if c.ID == id {
+			return c.Count
+		}
+	}
+	return 0
+}
+
+// Held reports whether invariant n (1–6, or 0 for the cross-checks) held.
+func (r Report) Held(n int) bool {
+	for _, v := range r.Invariants {
+		if v.Invariant == n {
+			return v.Held
+		}
+	}
+	return true
+}
+
+// Broken lists the invariants that did not hold, in order.
+func (r Report) Broken() []int {
+	var out []int
+	for _, v := range r.Invariants {
+		if !v.Held {
+			out = append(out, v.Invariant)
+		}
+	}
+	return out
+}
+
+func invariantName(n int) string {
+	switch n {
+	case 1:
+		return "No stale admission"
+	case 2:
+		return "At most one forwardable attempt per payout"
+	case 3:
+		return "Intent before socket"
+	case 4:
+		return "Complete audit"
+	case 5:
+		return "Ambiguity is never retried"
+	case 6:
+		return "The mark survives everything"
+	default:
+		return "Cross-checks: books and settings"
+	}
+}
+
+type checkDef struct {
+	id        CheckID
+	invariant int
+	title     string
+	fails     bool
+}
+
+// checkDefs lists the checks in report order. The fencing-switch check exists only
+// for a run with fencing off; unsettled payouts fail only when the run promised to
+// settle them all.
+func checkDefs(opts Options) []checkDef {
+	defs := []checkDef{
+		{CheckStaleAdmission, 1, "stale admissions", true},
+		{CheckRailOvertake, 1, "rail overtakes (reported)", false},
+		{CheckSupersededPresentation, 1, "presentations by superseded holders (reported)", false},
+		{CheckDoublePresentation, 2, "double payments (a reference presented twice or more)", true},
+		{CheckExtraForwardable, 2, "payouts with more than one forwardable row", true},
+		{CheckCallWithoutIntent, 3, "rail calls without an intent row", true},
+		{CheckAttemptRows, 4, "attempts without exactly one row", true},
+		{CheckAmbiguousWithoutTimeout, 5, "AMBIGUOUS payouts without a TIMEOUT row", true},
+		{CheckAmbiguityRetried, 5, "ambiguous attempts retried", true},
+		{CheckTimeoutNotAmbiguous, 5, "TIMEOUT rows of payouts not AMBIGUOUS (reported)", false},
+		{CheckMark, 6, "accounts whose mark is wrong", true},
+		{CheckLedger, 0, "ledger entries wrong (PAID needs exactly one)", true},
+		{CheckPayoutVsRail, 0, "payout states the rail contradicts", true},
+		{CheckBooks, 0, "currencies whose books do not balance", true},
+		{CheckUnsettled, 0, "payouts not settled", opts.RequireSettled},
+		{CheckAmbiguousAccepted, 0, "AMBIGUOUS payouts the rail accepted (reported)", false},
+	}
+	if !opts.FencingEnabled {
+		defs = append(defs, checkDef{CheckFencingSwitch, 0, "FENCED rows with fencing off", true})
+	}
+	return defs
+}
