@@ -1,0 +1,145 @@
+package lockserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"time"
+
+	"lock.dev/internal/serve"
+)
+
+// Config is everything lock-server is told (C5 #ct5-config), plus the hooks that
+// let tests and lockdemo run it in-process.
+type Config struct {
+	Addr           string        // LOCK_SERVER_ADDR
+	LogLevel       string        // LOG_LEVEL
+	LockdbURL      string        // LOCKDB_URL; empty means the libpq PG* environment
+	LockdbMaxConns int           // LOCKDB_MAX_CONNS
+	MinTTL         time.Duration // LOCK_MIN_TTL: shortest lease a caller may ask for
+	MaxTTL         time.Duration // LOCK_MAX_TTL: longest lease a caller may ask for
+
+	// Listener, when set, is served instead of listening on Addr (tests, lockdemo).
+	Listener net.Listener
+	// LogOutput receives the JSON log; nil means os.Stdout.
+	LogOutput io.Writer
+	// Clock is the server's own clock; nil means the system clock. It is a test
+	// hook and deliberately powerless: lease time is database time (C2), so the
+	// server reads its clock only to measure how long its own calls took. A test
+	// injects a skewed clock to show grants and expiry do not move.
+	Clock Clock
+}
+
+// Defaults of C5.
+const (
+	defaultAddr     = ":8081"
+	defaultMaxConns = 20
+	defaultMinTTL   = time.Second
+	defaultMaxTTL   = 5 * time.Minute
+)
+
+// maxTTLBound is the longest TTL lock_grant.ttl_ms (an integer column) can record.
+const maxTTLBound = time.Duration(math.MaxInt32) * time.Millisecond
+
+// DefaultConfig is the configuration with every C5 default.
+func DefaultConfig() Config {
+	return Config{
+		Addr:           defaultAddr,
+		LogLevel:       "info",
+		LockdbMaxConns: defaultMaxConns,
+		MinTTL:         defaultMinTTL,
+		MaxTTL:         defaultMaxTTL,
+	}
+}
+
+// Validate checks every setting; an error names the variable (exit 2).
+func (c Config) Validate() error {
+	if c.Listener == nil && c.Addr == "" {
+		return serve.Invalid("LOCK_SERVER_ADDR", "must not be empty")
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	if err := checkDatabaseURL(c.LockdbURL); err != nil {
+		// The URL itself is never echoed: it may carry a password.
+		return serve.Invalid("LOCKDB_URL", "%v", err)
+	}
+	if c.LockdbMaxConns < 1 || c.LockdbMaxConns > math.MaxInt32 {
+		return serve.Invalid("LOCKDB_MAX_CONNS", "must be at least 1")
+	}
+	// TTLs travel as whole milliseconds (ttlMs), so the bounds must be whole
+	// milliseconds too, or a bound could not be asked for exactly.
+	if c.MinTTL < time.Millisecond || c.MinTTL%time.Millisecond != 0 {
+		return serve.Invalid("LOCK_MIN_TTL", "must be a whole number of milliseconds, at least 1ms")
+	}
+	if c.MaxTTL%time.Millisecond != 0 || c.MaxTTL > maxTTLBound {
+		return serve.Invalid("LOCK_MAX_TTL", "must be a whole number of milliseconds, at most %s", maxTTLBound)
+	}
+	if c.MaxTTL < c.MinTTL {
+		return serve.Invalid("LOCK_MAX_TTL", "must not be shorter than LOCK_MIN_TTL (%s)", c.MinTTL)
+	}
+	return nil
+}
+
+func (c Config) logOutput() io.Writer {
+	if c.LogOutput == nil {
+		return os.Stdout
+	}
+	return c.LogOutput
+}
+
+func (c Config) clock() Clock {
+	if c.Clock == nil {
+		return systemClock{}
+	}
+	return c.Clock
+}
+
+// Subcommands of lock-server (C5 #ct5-binaries).
+const (
+	CmdServe   = "serve"
+	CmdMigrate = "migrate"
+)
+
+const synopsis = "lock-server [serve|migrate] [flags]"
+
+// ParseConfig reads the subcommand (serve by default), then flags and environment
+// variables (a flag wins). --help writes the usage to stdout and returns serve.ErrHelp.
+func ParseConfig(args []string, getenv func(string) string) (string, Config, error) {
+	return parseConfig(args, getenv, os.Stdout)
+}
+
+func parseConfig(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
+	cmd, rest := serve.SplitCommand(args, CmdServe)
+	cfg := DefaultConfig()
+	s := serve.NewSettings("lock-server", getenv)
+	s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
+	s.String(&cfg.LogLevel, "LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	s.String(&cfg.LockdbURL, "LOCKDB_URL", "", "lockdb connection URL (libpq PG* environment when empty)")
+	s.Int(&cfg.LockdbMaxConns, "LOCKDB_MAX_CONNS", defaultMaxConns, "most lockdb connections")
+	s.Duration(&cfg.MinTTL, "LOCK_MIN_TTL", defaultMinTTL, "shortest lease TTL a caller may ask for")
+	s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
+	if cmd == "help" {
+		s.Usage(usage, synopsis)
+		return cmd, cfg, serve.ErrHelp
+	}
+	if cmd != CmdServe && cmd != CmdMigrate {
+		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unknown command %q (want serve or migrate)", cmd)}
+	}
+	extra, err := s.Parse(rest)
+	if err != nil {
+		if errors.Is(err, serve.ErrHelp) {
+			s.Usage(usage, synopsis)
+		}
+		return cmd, cfg, err
+	}
+	if len(extra) > 0 {
+		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unexpected argument %q", extra[0])}
+	}
+	return cmd, cfg, cfg.Validate()
+}

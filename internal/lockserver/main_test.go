@@ -1,0 +1,392 @@
+package lockserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testConfig is the default configuration on dbURL, with a small pool.
+func testConfig(dbURL string) Config {
+	cfg := DefaultConfig()
+	cfg.LockdbURL = dbURL
+	cfg.LockdbMaxConns = 8
+	return cfg
+}
+
+// testServer is one lock-server running in-process on a port-0 listener.
+type testServer struct {
+	URL  string
+	logs *syncBuffer
+	stop func() // cancels Run and waits for it; fails the test if Run failed
+}
+
+// startServer runs lock-server with cfg until the test ends (or stop), and waits
+// for readiness.
+func startServer(t testing.TB, cfg Config) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listener = ln
+	logs := &syncBuffer{}
+	if cfg.LogOutput == nil {
+		cfg.LogOutput = logs
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+	var once sync.Once
+	s := &testServer{URL: "http://" + ln.Addr().String(), logs: logs}
+	s.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(s.stop)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case err := <-errc:
+			t.Fatalf("Run returned before serving: %v", err)
+		default:
+		}
+		resp, err := testHTTP.Get(s.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock-server not ready: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var testHTTP = &http.Client{
+	Timeout:   15 * time.Second,
+	Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
+}
+
+// answer is a raw HTTP answer.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (a answer) problem() *lockapi.Problem {
+	return lockapi.ReadProblem(&http.Response{StatusCode: a.Status, Header: a.Header}, a.Body)
+}
+
+func (a answer) String() string {
+	return fmt.Sprintf("%d %s", a.Status, strings.TrimSpace(string(a.Body)))
+}
+
+// send performs one request; it is safe from any goroutine.
+func send(method, u string, h http.Header, body []byte) (answer, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		return answer{}, err
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	resp, err := testHTTP.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+func leaseHeaders(owner string, token int64) http.Header {
+	h := http.Header{"Content-Type": {"application/json"}, lockapi.HeaderOwnerID: {owner}}
+	if token > 0 {
+		h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	}
+	return h
+}
+
+func ttlBody(ttlMs int64) []byte { return []byte(fmt.Sprintf(`{"ttlMs":%d}`, ttlMs)) }
+
+func lockURL(base, name, suffix string) string {
+	return base + "/v1/locks/" + url.PathEscape(name) + suffix
+}
+
+func acquireCall(base, name, owner string, ttlMs int64) (answer, lockapi.Lease, error) {
+	a, err := send(http.MethodPost, lockURL(base, name, "/acquire"), leaseHeaders(owner, 0), ttlBody(ttlMs))
+	return decodeLease(a, err)
+}
+
+func renewCall(base, name, owner string, token, ttlMs int64) (answer, lockapi.Lease, error) {
+	a, err := send(http.MethodPost, lockURL(base, name, "/renew"), leaseHeaders(owner, token), ttlBody(ttlMs))
+	return decodeLease(a, err)
+}
+
+func releaseCall(base, name, owner string, token int64) (answer, error) {
+	h := leaseHeaders(owner, token)
+	h.Del("Content-Type")
+	return send(http.MethodPost, lockURL(base, name, "/release"), h, nil)
+}
+
+func decodeLease(a answer, err error) (answer, lockapi.Lease, error) {
+	var l lockapi.Lease
+	if err != nil || a.Status != http.StatusOK {
+		return a, l, err
+	}
+	return a, l, json.Unmarshal(a.Body, &l)
+}
+
+// Helpers for the test goroutine: fail at once on anything unexpected.
+
+func mustAcquire(t *testing.T, base, name, owner string, ttlMs int64) lockapi.Lease {
+	t.Helper()
+	a, l, err := acquireCall(base, name, owner, ttlMs)
+	if err != nil || a.Status != http.StatusOK {
+		t.Fatalf("acquire %s by %s: %v %v", name, owner, a, err)
+	}
+	return l
+}
+
+func mustRenew(t *testing.T, base, name, owner string, token, ttlMs int64) lockapi.Lease {
+	t.Helper()
+	a, l, err := renewCall(base, name, owner, token, ttlMs)
+	if err != nil || a.Status != http.StatusOK {
+		t.Fatalf("renew %s by %s token %d: %v %v", name, owner, token, a, err)
+	}
+	return l
+}
+
+func mustRelease(t *testing.T, base, name, owner string, token int64) {
+	t.Helper()
+	a, err := releaseCall(base, name, owner, token)
+	if err != nil || a.Status != http.StatusNoContent {
+		t.Fatalf("release %s by %s token %d: %v %v", name, owner, token, a, err)
+	}
+}
+
+// wantProblem checks a problem answer's status and code.
+func wantProblem(t *testing.T, what string, a answer, status int, code string) *lockapi.Problem {
+	t.Helper()
+	p := a.problem()
+	if a.Status != status || p == nil || p.Code != code || p.Status != status {
+		t.Fatalf("%s: got %v, want %d %s", what, a, status, code)
+	}
+	return p
+}
+
+func getJSON(t *testing.T, u string, dst any) answer {
+	t.Helper()
+	a, err := send(http.MethodGet, u, nil, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	if a.Status == http.StatusOK && dst != nil {
+		if err := json.Unmarshal(a.Body, dst); err != nil {
+			t.Fatalf("GET %s: decoding %s: %v", u, a.Body, err)
+		}
+	}
+	return a
+}
+
+// dbNow is lockdb's clock.
+func dbNow(t *testing.T, q *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := q.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// waitDBPast sleeps until lockdb's clock is past at.
+func waitDBPast(t *testing.T, q *pgxpool.Pool, at time.Time) {
+	t.Helper()
+	for i := 0; ; i++ {
+		now := dbNow(t, q)
+		if now.After(at) {
+			return
+		}
+		if i > 1000 {
+			t.Fatalf("lockdb clock never passed %s", at)
+		}
+		time.Sleep(at.Sub(now) + time.Millisecond)
+	}
+}
+
+// syncBuffer is a log sink several goroutines write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tcpProxy stands between lock-server and PostgreSQL so a test can cut lockdb
+// off (down: connections dropped and refused) or stall it (bytes stop flowing).
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	mode  proxyMode
+	conns map[net.Conn]struct{}
+}
+
+type proxyMode int
+
+const (
+	proxyUp proxyMode = iota
+	proxyDown
+	proxyStall
+)
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	go p.accept()
+	t.Cleanup(func() {
+		p.set(proxyDown)
+		ln.Close()
+	})
+	return p
+}
+
+// proxiedURL is dbURL with its host replaced by the proxy's.
+func (p *tcpProxy) proxiedURL(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+func (p *tcpProxy) set(m proxyMode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = m
+	if m == proxyDown {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+	p.cond.Broadcast()
+}
+
+func (p *tcpProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.mode == proxyDown {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.mu.Unlock()
+		go p.pipe(c)
+	}
+}
+
+func (p *tcpProxy) pipe(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.mode == proxyDown {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[up] = struct{}{}
+	p.mu.Unlock()
+	go p.copy(up, c)
+	p.copy(c, up)
+}
+
+// copy moves bytes from src to dst, holding them while the proxy is stalled.
+func (p *tcpProxy) copy(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.mode == proxyStall {
+				p.cond.Wait()
+			}
+			down := p.mode == proxyDown
+			p.mu.Unlock()
+			if down {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,322 @@
+// Package lockclient is the Go client of lock-server (C2 #ct2-client): it acquires
+// leases on named locks and keeps them alive, and it tells its caller, through a
+// context, the moment it can no longer vouch for a lease.
+//
+// A lease is a liveness hint, never a guarantee: the holder may be paused past its
+// expiry. Safety comes from the fencing token, which every resource compares. The
+// client's part is to never believe in a lease longer than the server could: its
+// local deadline is measured from before the request that granted or renewed the
+// lease was sent, minus a drift margin, so it always falls before lockdb's expiry
+// (as long as the two clocks run at rates within that margin of each other).
+//
+//	lease, err := c.Acquire(ctx, lockapi.AccountLockName("acct-7"), owner, 15*time.Second)
+//	if errors.Is(err, lockclient.ErrHeld) { /* someone else works this account */ }
+//	defer lease.Release(context.WithoutCancel(ctx))
+//	work(lease.Context(), lease.Token())
+package lockclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"lock.dev/lockapi"
+)
+
+// Defaults of the options.
+const (
+	DefaultDriftMargin    = 0.10
+	DefaultRequestTimeout = 5 * time.Second
+	// maxDriftMargin leaves room for two renewals (every ttl/3) before the deadline.
+	maxDriftMargin = 0.5
+	// maxResponseBytes bounds what the client reads of any answer.
+	maxResponseBytes = 1 << 20
+)
+
+// Client talks to one lock-server (or a load balancer in front of replicas).
+type Client struct {
+	base    string
+	hc      *http.Client
+	drift   float64
+	logger  *slog.Logger
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client. Its transport must not resend requests on
+// its own (Go's does not resend a POST without an idempotency header, which this
+// client never sends).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithDriftMargin sets how much of each TTL the local deadline gives up to clock
+// drift and scheduling (default 0.10; 0 ≤ fraction ≤ 0.5, else Acquire fails).
+func WithDriftMargin(fraction float64) Option { return func(c *Client) { c.drift = fraction } }
+
+// WithLogger sets where the client logs renewal failures and lost leases
+// (default: nowhere).
+func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.logger = l } }
+
+// WithRequestTimeout bounds each HTTP call, renewals included (default 5 s). A
+// renewal is also cut short when the lease's local deadline passes.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client of the lock-server at baseURL, e.g. http://127.0.0.1:8081.
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{
+		base:    strings.TrimRight(baseURL, "/"),
+		drift:   DefaultDriftMargin,
+		timeout: DefaultRequestTimeout,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{
+			Transport: newTransport(),
+			// lock-server never redirects; following one would turn a POST into
+			// a GET of something else.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func newTransport() http.RoundTripper {
+	if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		return t.Clone()
+	}
+	return &http.Transport{}
+}
+
+// Acquire asks for name on behalf of ownerID for ttl (whole milliseconds; the
+// server's bounds apply). It sends one request and never retries: a held lock
+// (ErrHeld) is the caller's decision, and after ErrUnavailable the lock may or
+// may not have been granted — if it was, nobody learned its token and it ends
+// with its TTL.
+//
+// The lease renews itself every ttl/3 until Release, and outlives ctx (only ctx's
+// values are kept). If the answer arrives after the local deadline already
+// passed, the lease is returned with its context cancelled at once.
+func (c *Client) Acquire(ctx context.Context, name, ownerID string, ttl time.Duration) (*Lease, error) {
+	if c.drift < 0 || c.drift > maxDriftMargin || c.drift != c.drift {
+		return nil, fmt.Errorf("lockclient: drift margin %v outside [0, %v]", c.drift, maxDriftMargin)
+	}
+	ttlMs := ttl.Milliseconds()
+	sent := time.Now() // before the request: the server's lease starts later than this
+	var dto lockapi.Lease
+	if err := c.leaseCall(ctx, "acquire", name, ownerID, 0, ttlMs, &dto); err != nil {
+		return nil, err
+	}
+	if dto.Token <= 0 || dto.LockName != name || dto.OwnerID != ownerID {
+		return nil, &Error{Op: "acquire", Name: name, Code: lockapi.CodeInternal, Status: http.StatusOK,
+			Err: fmt.Errorf("answer is not a grant of this lock to this owner: %+v", dto)}
+	}
+	return newLease(ctx, c, name, ownerID, dto, time.Duration(ttlMs)*time.Millisecond, sent), nil
+}
+
+// Get reads the state of a lock (ErrNotFound when it was never granted).
+func (c *Client) Get(ctx context.Context, name string) (lockapi.LockState, error) {
+	var st lockapi.LockState
+	if err := validateName("get", name); err != nil {
+		return st, err
+	}
+	err := c.do(ctx, "get", name, http.MethodGet, c.lockURL(name, ""), nil, nil, &st)
+	return st, err
+}
+
+// Grants reads a lock's grant history, newest first; limit ≤ 0 means the
+// server's default (100); the server allows at most 1000.
+func (c *Client) Grants(ctx context.Context, name string, limit int) ([]lockapi.Grant, error) {
+	if err := validateName("grants", name); err != nil {
+		return nil, err
+	}
+	u := c.lockURL(name, "/grants")
+	if limit > 0 {
+		u += "?limit=" + strconv.Itoa(limit)
+	}
+	var gl lockapi.GrantList
+	if err := c.do(ctx, "grants", name, http.MethodGet, u, nil, nil, &gl); err != nil {
+		return nil, err
+	}
+	return gl.Grants, nil
+}
+
+func (c *Client) lockURL(name, suffix string) string {
+	return c.base + "/v1/locks/" + url.PathEscape(name) + suffix
+}
+
+// leaseCall sends acquire (token 0), renew or release (ttlMs 0: no body).
+func (c *Client) leaseCall(ctx context.Context, op, name, owner string, token, ttlMs int64, out any) error {
+	if err := validateName(op, name); err != nil {
+		return err
+	}
+	if err := lockapi.ValidateOwnerID(owner); err != nil {
+		return &Error{Op: op, Name: name, Code: lockapi.CodeInvalidRequest, Err: fmt.Errorf("owner id: %w", err)}
+	}
+	h := http.Header{}
+	h.Set(lockapi.HeaderOwnerID, owner)
+	if token > 0 {
+		h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	}
+	var body []byte
+	if op != "release" {
+		body, _ = json.Marshal(lockapi.LeaseRequest{TTLMs: ttlMs})
+		h.Set("Content-Type", "application/json")
+	}
+	return c.do(ctx, op, name, http.MethodPost, c.lockURL(name, "/"+op), h, body, out)
+}
+
+func validateName(op, name string) error {
+	err := lockapi.ValidateLockName(name)
+	if err == nil && (name == "." || name == "..") {
+		// Valid characters, but no URL path can carry them as a segment.
+		err = errors.New("cannot be . or .. (not addressable as a URL path segment)")
+	}
+	if err != nil {
+		return &Error{Op: op, Name: name, Code: lockapi.CodeInvalidRequest, Err: fmt.Errorf("lock name: %w", err)}
+	}
+	return nil
+}
+
+// do sends one request, bounded by the client's timeout, and decodes a 2xx answer
+// into out. Every failure is an *Error.
+func (c *Client) do(ctx context.Context, op, name, method, u string, h http.Header, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("lockclient: %s %s: %w", op, name, err)
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// No answer: the server may or may not have acted.
+		return &Error{Op: op, Name: name, Code: lockapi.CodeUnavailable, Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := lockapi.ReadAllLimited(resp.Body, maxResponseBytes)
+	if err != nil {
+		return &Error{Op: op, Name: name, Code: lockapi.CodeUnavailable, Status: resp.StatusCode, Err: fmt.Errorf("reading answer: %w", err)}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if out == nil || resp.StatusCode == http.StatusNoContent {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return &Error{Op: op, Name: name, Code: lockapi.CodeInternal, Status: resp.StatusCode, Err: fmt.Errorf("decoding answer: %w", err)}
+		}
+		return nil
+	}
+	e := &Error{Op: op, Name: name, Status: resp.StatusCode, Problem: lockapi.ReadProblem(resp, b)}
+	switch {
+	case e.Problem != nil:
+		e.Code = e.Problem.Code
+	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
+		resp.StatusCode == http.StatusGatewayTimeout:
+		e.Code = lockapi.CodeUnavailable // a proxy in front could not reach lock-server
+	default:
+		e.Code = "HTTP_" + strconv.Itoa(resp.StatusCode)
+	}
+	return e
+}
+
+// Sentinel errors; errors.Is matches every *Error carrying the code.
+var (
+	ErrHeld        error = &sentinel{lockapi.CodeLockHeld, "lockclient: lock held"}
+	ErrLeaseLost   error = &sentinel{lockapi.CodeLeaseLost, "lockclient: lease lost"}
+	ErrNotFound    error = &sentinel{lockapi.CodeNotFound, "lockclient: lock never granted"}
+	ErrUnavailable error = &sentinel{lockapi.CodeUnavailable, "lockclient: lock-server unavailable"}
+)
+
+// Reasons a lease's context ends besides ErrLeaseLost (see Lease.Err).
+var (
+	// ErrExpired: the local safe deadline passed without a successful renewal.
+	// errors.Is(ErrExpired, context.DeadlineExceeded) is true.
+	ErrExpired = fmt.Errorf("lockclient: lease's local safe deadline passed without a successful renewal: %w", context.DeadlineExceeded)
+	// ErrReleased: the lease was released by its holder.
+	ErrReleased = errors.New("lockclient: lease released")
+)
+
+type sentinel struct{ code, msg string }
+
+func (s *sentinel) Error() string { return s.msg }
+
+// Error is a failed call: the server's problem answer, or no answer at all
+// (Code UNAVAILABLE, Status 0, Err the transport's error).
+type Error struct {
+	Code    string           // the problem code: LOCK_HELD, LEASE_LOST, NOT_FOUND, UNAVAILABLE, INVALID_REQUEST …
+	Status  int              // HTTP status; 0 when no answer was received
+	Problem *lockapi.Problem // the problem document, when the server sent one
+	Op      string           // acquire, renew, release, get, grants
+	Name    string           // the lock
+	Err     error            // the underlying failure, when there was no usable answer
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lockclient: %s %s: ", e.Op, e.Name)
+	switch {
+	case e.Problem != nil:
+		b.WriteString(e.Problem.Error())
+	case e.Status != 0:
+		fmt.Fprintf(&b, "%d %s", e.Status, e.Code)
+	default:
+		b.WriteString(e.Code)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap exposes the transport's error (e.g. context.DeadlineExceeded).
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(*sentinel)
+	return ok && s.code == e.Code
+}
+
+// Holder returns the LOCK_HELD answer's holder and expiry.
+func (e *Error) Holder() (owner string, expiresAt time.Time, ok bool) {
+	if e.Code != lockapi.CodeLockHeld || e.Problem == nil {
+		return "", time.Time{}, false
+	}
+	okH, errH := e.Problem.Member("holder", &owner)
+	okE, errE := e.Problem.Member("expiresAt", &expiresAt)
+	return owner, expiresAt, okH && okE && errH == nil && errE == nil
+}
+
+// transient says a failed renewal may succeed if tried again: no answer, or the
+// server (or lockdb behind it) failed. Any other answer is the server's verdict.
+func transient(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code == lockapi.CodeUnavailable || e.Status >= 500 ||
+		e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout
+}
