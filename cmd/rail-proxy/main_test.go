@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+)
+
+// With runMainEnv set the test binary is rail-proxy itself: main() with the
+// arguments after "--".
+const runMainEnv = "RAIL_PROXY_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"rail-proxy"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		return
+	}
+	os.Exit(pgtest.Main(m))
+}
+
+func command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), env...)
+	return cmd
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// The binary's surface (C5): --help lists every setting and exits 0; a bad
+// setting or an unknown subcommand exits 2 with one line; serve on an
+// unmigrated paydb exits 1 naming `rail-proxy migrate`; migrate exits 0; serve
+// then runs and a SIGTERM ends it with exit 0.
+func TestBinary(t *testing.T) {
+	var out bytes.Buffer
+	cmd := command(nil, "--help")
+	cmd.Stdout = &out
+	if err := cmd.Run(); exitCode(err) != 0 || !strings.Contains(out.String(), "RAIL_PROXY_INTERRUPTED_AFTER") ||
+		!strings.Contains(out.String(), "RAIL_READ_TIMEOUT") {
+		t.Fatalf("--help: %v\n%s", err, out.String())
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{"RAIL_PROXY_INTERRUPTED_AFTER=5s"}, nil},
+		{nil, []string{"--rail-read-timeout=never"}},
+		{nil, []string{"frobnicate"}},
+	} {
+		var stderr bytes.Buffer
+		cmd := command(c.env, c.args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
+		}
+	}
+
+	dbURL := pgtest.EmptyURL(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info"}
+	var stderr bytes.Buffer
+	cmd = command(env, "serve")
+	cmd.Stderr = &stderr
+	cmd.Stdout = io.Discard
+	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "rail-proxy migrate") {
+		t.Fatalf("serve on an empty paydb: exit %d, %s", exitCode(err), stderr.String())
+	}
+	if err := command(env, "migrate").Run(); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+
+	cmd = command(env)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/livez")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("serve did not become live")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for l := range lines { // until the process closes its stdout
+		if !strings.Contains(l, `"service":"rail-proxy"`) {
+			t.Errorf("log line without service: %s", l)
+		}
+	}
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Fatalf("after SIGTERM: exit %d", exitCode(err))
+	}
+}

@@ -1,0 +1,386 @@
+package railproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/paydb"
+	"lock.dev/internal/pgcluster"
+	"lock.dev/lockapi"
+)
+
+// The benchmarks measure the admission path against the real rail-stub at zero
+// latency, on a throwaway PostgreSQL with durable settings (fsync and
+// synchronous_commit on), as /work/shared/perf/run-ceiling.sh measures the
+// database's own ceiling for the same SQL. Settings (environment):
+//
+//	BENCH_DURABLE         0 runs PostgreSQL without fsync, to separate the cost of
+//	                      the two commits' WAL flushes from the proxy's own
+//	BENCH_CLIENTS         concurrent clients (32)
+//	BENCH_ACCOUNTS        accounts, split disjointly between clients (1000)
+//	BENCH_PAYDB_MAX_CONNS the proxy's pool (32: one per client, like pgbench -c 32)
+//	BENCH_RATE            BenchmarkAddedLatency's offered load per second (1500)
+//	BENCH_INFLIGHT        BenchmarkInflightRSS's submissions in flight (2000)
+
+func benchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// benchSystem is a durable paydb, a zero-latency rail-stub and a proxy.
+type benchSystem struct {
+	proxyURL string
+	stubURL  string
+	client   *http.Client
+}
+
+func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
+	b.Helper()
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: os.Getenv("BENCH_DURABLE") != "0"})
+	if err != nil {
+		b.Fatalf("PostgreSQL: %v", err)
+	}
+	b.Cleanup(func() { _ = cluster.Stop() })
+	if err := cluster.CreateDatabase(ctx, "paydb", ""); err != nil {
+		b.Fatal(err)
+	}
+	dbURL := cluster.URL("paydb")
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := paydb.Tree().Migrate(ctx, pool, nil); err != nil {
+		b.Fatal(err)
+	}
+	pool.Close()
+
+	stub := startStub(b, stubLatencyMs)
+	cfg := testConfig(dbURL, stub.URL)
+	cfg.LogLevel = "info" // production's level: one submission_resolved line per submission
+	cfg.PaydbMaxConns = benchEnv("BENCH_PAYDB_MAX_CONNS", 32)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Listener = ln
+	cfg.LogOutput = io.Discard
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Run(rctx, cfg) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	s := &benchSystem{
+		proxyURL: "http://" + ln.Addr().String(),
+		stubURL:  stub.URL,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096},
+			Timeout: 30 * time.Second},
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := s.client.Get(s.proxyURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("proxy not ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+// load is a generator of submissions: client c owns accounts c, c+clients, …,
+// tokens per account increase, payout ids are unique — so every submission is
+// admitted and ACKED, the path the ceiling measures.
+type load struct {
+	accounts int
+	tokens   []atomic.Int64
+	payout   atomic.Int64
+	prefix   string
+}
+
+func newLoad(accounts int) *load {
+	return &load{accounts: accounts, tokens: make([]atomic.Int64, accounts), prefix: strconv.FormatInt(time.Now().UnixNano(), 36)}
+}
+
+func (l *load) request(url string, client, clients, i int) *http.Request {
+	per := max(1, l.accounts/clients)
+	a := (client + clients*(i%per)) % l.accounts
+	token := l.tokens[a].Add(1)
+	id := l.payout.Add(1)
+	body := fmt.Sprintf(`{"payoutId":"p-%s-%d","accountId":"a-%d","amountMinor":125000,"currency":"EUR","beneficiary":"NL91ABNA0417164300"}`, l.prefix, id, a)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/rail/submissions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderOwnerID, "bench")
+	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("p-%d:%d", id, token))
+	return req
+}
+
+func do(c *http.Client, req *http.Request, want int) error {
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkAdmission: closed loop, BENCH_CLIENTS clients, every submission
+// ACKED by a zero-latency rail-stub. Reports submissions/s and latency p50/p99.
+func BenchmarkAdmission(b *testing.B) {
+	s := startBenchSystem(b, 0)
+	clients := benchEnv("BENCH_CLIENTS", 32)
+	l := newLoad(benchEnv("BENCH_ACCOUNTS", 1000))
+	// Warm the pools and the statement caches.
+	for i := range clients {
+		if err := do(s.client, l.request(s.proxyURL, i, clients, 0), http.StatusOK); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	var failed atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := 1; ; i++ {
+				if next.Add(1) > int64(b.N) {
+					return
+				}
+				req := l.request(s.proxyURL, c, clients, i)
+				t0 := time.Now()
+				if err := do(s.client, req, http.StatusOK); err != nil {
+					failed.Add(1)
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d submissions not ACKED", f, b.N)
+	}
+	all := slices.Concat(lat...)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "submissions/s")
+	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// openLoop offers n requests at rate per second, each on its own goroutine at
+// its scheduled time, and returns their latencies.
+func openLoop(b *testing.B, n int, rate float64, do func(i int) error) []time.Duration {
+	lat := make([]time.Duration, n)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			t0 := time.Now()
+			if err := do(i); err != nil {
+				failed.Add(1)
+			}
+			lat[i] = time.Since(t0)
+		})
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d requests failed", f, n)
+	}
+	return lat
+}
+
+// BenchmarkAddedLatency: at BENCH_RATE submissions per second (set it to half
+// of BenchmarkAdmission's throughput), the latency of calling the rail-stub
+// directly and of submitting through the proxy; reports both and their
+// difference at p50 and p99 — the latency the proxy adds.
+func BenchmarkAddedLatency(b *testing.B) {
+	s := startBenchSystem(b, 0)
+	rate := float64(benchEnv("BENCH_RATE", 1500))
+	l := newLoad(benchEnv("BENCH_ACCOUNTS", 1000))
+	direct := func(i int) error {
+		body := fmt.Sprintf(`{"reference":"d-%s-%d","accountId":"a","amountMinor":1,"currency":"EUR","beneficiary":"NL91ABNA0417164300"}`, l.prefix, i)
+		req, _ := http.NewRequest(http.MethodPost, s.stubURL+"/rail/v1/payments", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		return do(s.client, req, http.StatusOK)
+	}
+	via := func(i int) error { return do(s.client, l.request(s.proxyURL, i%64, 64, i/64), http.StatusOK) }
+	openLoop(b, 200, rate, direct) // warm-up
+	openLoop(b, 200, rate, via)
+	b.ResetTimer()
+	d := openLoop(b, b.N, rate, direct)
+	v := openLoop(b, b.N, rate, via)
+	b.StopTimer()
+	dp50, dp99 := percentile(d, .5), percentile(d, .99)
+	vp50, vp99 := percentile(v, .5), percentile(v, .99)
+	b.ReportMetric(ms(dp50), "direct-p50-ms")
+	b.ReportMetric(ms(dp99), "direct-p99-ms")
+	b.ReportMetric(ms(vp50), "proxy-p50-ms")
+	b.ReportMetric(ms(vp99), "proxy-p99-ms")
+	b.ReportMetric(ms(vp50-dp50), "added-p50-ms")
+	b.ReportMetric(ms(vp99-dp99), "added-p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+func childMemstats(b *testing.B, c *http.Client, url string) map[string]float64 {
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				out[f[0]] = v
+			}
+		}
+	}
+	return out
+}
+
+// BenchmarkInflightRSS: a rail-proxy process of its own (the real binary, built
+// by the benchmark) holds BENCH_INFLIGHT submissions in flight against a rail-stub
+// that answers in 1 s; reports the child's peak resident set (VmHWM).
+func BenchmarkInflightRSS(b *testing.B) {
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{MaxConnections: 100})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cluster.Stop() })
+	if err := cluster.CreateDatabase(ctx, "paydb", ""); err != nil {
+		b.Fatal(err)
+	}
+	dbURL := cluster.URL("paydb")
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := paydb.Tree().Migrate(ctx, pool, nil); err != nil {
+		b.Fatal(err)
+	}
+	pool.Close()
+	stub := startStub(b, 1000)
+	inflight := benchEnv("BENCH_INFLIGHT", 2000)
+
+	// The real binary, built here, so the figure is rail-proxy's and not the test
+	// binary's.
+	bin := b.TempDir() + "/rail-proxy"
+	if out, err := exec.Command("go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn", "RAIL_PROXY_ADDR="+addr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "http://" + addr
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}, Timeout: 30 * time.Second}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if resp, err := client.Get(url + "/livez"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("child not live")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l := newLoad(inflight)
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for i := range inflight {
+			wg.Go(func() {
+				if err := do(client, l.request(url, i, inflight, n), http.StatusOK); err != nil {
+					failed.Add(1)
+				}
+			})
+		}
+		// While they are all held by the rail, read what the child says of itself.
+		time.Sleep(700 * time.Millisecond)
+		peak := childMemstats(b, client, url)
+		wg.Wait()
+		if f := failed.Load(); f > 0 {
+			b.Fatalf("%d of %d failed: %s", f, inflight, stderr.String())
+		}
+		for _, k := range []string{"go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes", "rail_submission_inflight"} {
+			v := peak[k]
+			unit := k
+			if strings.HasSuffix(k, "_bytes") {
+				v, unit = v/(1<<20), strings.TrimSuffix(k, "_bytes")+"-MiB"
+			}
+			b.ReportMetric(v, unit)
+		}
+	}
+	b.StopTimer()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "VmHWM:" || f[0] == "VmRSS:") {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			b.ReportMetric(kb/1024, strings.TrimSuffix(f[0], ":")+"-MiB")
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}

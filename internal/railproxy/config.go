@@ -1,0 +1,156 @@
+// Package railproxy is rail-proxy, fence point (c): the only process permitted to
+// call the payment rail. Every submission passes a durable per-account high-water
+// mark of fencing tokens in paydb before the rail is touched, leaves one
+// rail_submission row, and reaches the rail at most once (C1 #ct1-paydb, C3
+// #ct3-railproxy).
+package railproxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	"lock.dev/internal/serve"
+)
+
+// Fixed bounds of C3 #ct3-timeouts. They are not settings: the interrupted-intent
+// rule below is stated in terms of them.
+const (
+	// AdmissionBound covers the admission transaction, waiting for a pool
+	// connection included.
+	AdmissionBound = 2 * time.Second
+	// ResolveBound covers the resolving write, its retries included.
+	ResolveBound = 2 * time.Second
+	// HealthTimeout bounds the railStub readiness probe.
+	HealthTimeout = time.Second
+	// DefaultJanitorInterval is how often unresolved intents are swept (C3 asks
+	// for at least every 10 s).
+	DefaultJanitorInterval = 10 * time.Second
+	// MaxPaydbConns is a sanity bound on PAYDB_MAX_CONNS.
+	MaxPaydbConns = 1000
+)
+
+// Config is every rail-proxy setting of C5 #ct5-config, plus the in-process hooks
+// every service has.
+type Config struct {
+	Addr               string        // RAIL_PROXY_ADDR
+	LogLevel           string        // LOG_LEVEL
+	PaydbURL           string        // PAYDB_URL; libpq PG* environment when empty
+	PaydbMaxConns      int           // PAYDB_MAX_CONNS
+	RailBaseURL        string        // RAIL_BASE_URL
+	RailConnectTimeout time.Duration // RAIL_CONNECT_TIMEOUT
+	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
+	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
+	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+
+	Listener  net.Listener // when set, serve on it instead of listening on Addr
+	LogOutput io.Writer    // nil means os.Stdout
+
+	// JanitorInterval is a test hook, not a setting: how often the
+	// interrupted-intent janitor sweeps. Zero means DefaultJanitorInterval; a value
+	// above it is lowered to it.
+	JanitorInterval time.Duration
+}
+
+// DefaultConfig is the configuration with every C5 default.
+func DefaultConfig() Config {
+	return Config{
+		Addr:               ":8083",
+		LogLevel:           "info",
+		PaydbMaxConns:      20,
+		RailBaseURL:        "http://127.0.0.1:8084",
+		RailConnectTimeout: time.Second,
+		RailReadTimeout:    2 * time.Second,
+		FencingEnabled:     true,
+		InterruptedAfter:   60 * time.Second,
+	}
+}
+
+// InFlightBound is the longest a submission can hold an unresolved row while its
+// proxy is alive: admission + connect + read + resolution.
+func (c Config) InFlightBound() time.Duration {
+	return AdmissionBound + c.RailConnectTimeout + c.RailReadTimeout + ResolveBound
+}
+
+// Validate checks every bound; an error names the variable.
+func (c Config) Validate() error {
+	if c.Addr == "" && c.Listener == nil {
+		return serve.Invalid("RAIL_PROXY_ADDR", "must not be empty")
+	}
+	if _, err := serve.NewLogger(io.Discard, "rail-proxy", c.LogLevel); err != nil {
+		return err
+	}
+	if c.PaydbMaxConns < 1 || c.PaydbMaxConns > MaxPaydbConns {
+		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d, got %d", MaxPaydbConns, c.PaydbMaxConns)
+	}
+	u, err := url.Parse(c.RailBaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return serve.Invalid("RAIL_BASE_URL", "must be an http or https URL with a host, got %q", c.RailBaseURL)
+	}
+	if c.RailConnectTimeout <= 0 {
+		return serve.Invalid("RAIL_CONNECT_TIMEOUT", "must be positive, got %s", c.RailConnectTimeout)
+	}
+	if c.RailReadTimeout <= 0 {
+		return serve.Invalid("RAIL_READ_TIMEOUT", "must be positive, got %s", c.RailReadTimeout)
+	}
+	// A janitor that takes over rows younger than the longest a live proxy can
+	// hold one would mark a call still in flight TIMEOUT, and its real answer
+	// would then be lost to the audit trail.
+	if c.InterruptedAfter <= c.InFlightBound() {
+		return serve.Invalid("RAIL_PROXY_INTERRUPTED_AFTER",
+			"must exceed admission %s + RAIL_CONNECT_TIMEOUT %s + RAIL_READ_TIMEOUT %s + resolution %s = %s, got %s",
+			AdmissionBound, c.RailConnectTimeout, c.RailReadTimeout, ResolveBound, c.InFlightBound(), c.InterruptedAfter)
+	}
+	if c.JanitorInterval < 0 {
+		return errors.New("railproxy: JanitorInterval must not be negative")
+	}
+	return nil
+}
+
+func (c Config) janitorInterval() time.Duration {
+	if c.JanitorInterval <= 0 || c.JanitorInterval > DefaultJanitorInterval {
+		return DefaultJanitorInterval
+	}
+	return c.JanitorInterval
+}
+
+// ParseConfig reads the subcommand ("serve", the default, or "migrate"), flags and
+// environment. --help writes the usage to stdout and returns serve.ErrHelp.
+func ParseConfig(args []string, getenv func(string) string) (cmd string, cfg Config, err error) {
+	return ParseConfigTo(args, getenv, os.Stdout)
+}
+
+// ParseConfigTo is ParseConfig with the usage written to usage.
+func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (cmd string, cfg Config, err error) {
+	cmd, rest := serve.SplitCommand(args, "serve")
+	cfg = DefaultConfig()
+	def := cfg
+	s := serve.NewSettings("rail-proxy", getenv)
+	s.String(&cfg.Addr, "RAIL_PROXY_ADDR", def.Addr, "address to listen on")
+	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
+	s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
+	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
+	s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")
+	s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
+	s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
+	s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
+	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s")
+	extra, err := s.Parse(rest)
+	if err != nil {
+		if errors.Is(err, serve.ErrHelp) {
+			s.Usage(usage, "rail-proxy [serve|migrate] [flags]")
+		}
+		return cmd, cfg, err
+	}
+	if cmd != "serve" && cmd != "migrate" {
+		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-proxy: unknown command %q (commands: serve, migrate)", cmd)}
+	}
+	if len(extra) > 0 {
+		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-proxy: unexpected argument %q", extra[0])}
+	}
+	return cmd, cfg, cfg.Validate()
+}

@@ -1,0 +1,133 @@
+package railproxy
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+
+	"lock.dev/lockapi"
+)
+
+// ParseSubmission binds a submission strictly: the three fencing headers, then
+// the five body members (C3 #ct3-conventions). Every fault is returned, the
+// headers' first: when both are wrong, the headers answer, and the 400 still
+// lists every fault found. Content type (415) and size (413) come before this, in
+// lockapi.ReadJSONBody.
+func ParseSubmission(h http.Header, body []byte) (Submission, []lockapi.FieldError) {
+	f, errs := lockapi.ParseFencingHeaders(h, true, true, true)
+	req, berrs := lockapi.ParseSubmissionRequest(body)
+	errs = append(errs, berrs...)
+	if len(errs) > 0 {
+		return Submission{}, errs
+	}
+	return Submission{
+		PayoutID:       req.PayoutID,
+		AccountID:      req.AccountID,
+		Token:          f.Token,
+		OwnerID:        f.OwnerID,
+		IdempotencyKey: f.IdempotencyKey,
+		AmountMinor:    req.AmountMinor,
+		Currency:       req.Currency,
+		Beneficiary:    req.Beneficiary,
+	}, nil
+}
+
+// BindSubmission applies C3's rules in their order: content type (415), size
+// (413), then headers and body (400). status is 0 when the request is well-formed.
+func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi.FieldError) {
+	body, fault := lockapi.ReadJSONBody(r)
+	if fault != nil {
+		return Submission{}, fault.Status, fault.Errors
+	}
+	sub, errs = ParseSubmission(r.Header, body)
+	if len(errs) > 0 {
+		return Submission{}, http.StatusBadRequest, errs
+	}
+	return sub, 0, nil
+}
+
+// handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing
+// and calls nothing: validation is complete before the admission begins.
+func handleSubmit(a *admitter) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sub, status, errs := BindSubmission(r)
+		if status != 0 {
+			lockapi.WriteInvalid(w, status, errs)
+			return
+		}
+		rep := a.Submit(r.Context(), sub)
+		if rep.ok != nil {
+			lockapi.WriteJSON(w, rep.status, rep.ok)
+			return
+		}
+		lockapi.WriteProblem(w, rep.problem)
+	}
+}
+
+// handleList is GET /v1/rail/submissions?payoutId=: the audit trail of one
+// payout, oldest first. Executors read it to learn the outcome of an attempt
+// they lost track of.
+func handleList(store *Store, logger *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		payoutID, errs := parseListQuery(r.URL.RawQuery)
+		if len(errs) > 0 {
+			lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), AdmissionBound)
+		defer cancel()
+		subs, err := store.List(ctx, payoutID)
+		if err != nil {
+			logger.Warn("audit read failed", "payoutId", payoutID, "error", err.Error())
+			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+				"paydb could not be read in time", nil))
+			return
+		}
+		lockapi.WriteJSON(w, http.StatusOK, lockapi.SubmissionList{Submissions: subs})
+	}
+}
+
+func parseListQuery(raw string) (string, []lockapi.FieldError) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", []lockapi.FieldError{{Field: "query", Problem: "is not a well-formed query string"}}
+	}
+	var errs []lockapi.FieldError
+	names := make([]string, 0, len(q))
+	for k := range q {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if k != "payoutId" {
+			errs = append(errs, lockapi.FieldError{Field: k, Problem: "is not a known parameter"})
+		}
+	}
+	vs := q["payoutId"]
+	switch {
+	case len(vs) == 0:
+		errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: "is required"}}, errs...)
+	case len(vs) > 1:
+		errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: "must appear exactly once"}}, errs...)
+	default:
+		if err := lockapi.ValidateIdentifier(vs[0]); err != nil {
+			errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: problemOf(err)}}, errs...)
+		}
+	}
+	if len(errs) > 0 {
+		return "", errs
+	}
+	return vs[0], nil
+}
+
+// problemOf is the short sentence of a lockapi validation error.
+func problemOf(err error) string {
+	const prefix = "invalid value: "
+	msg := err.Error()
+	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+		return msg[len(prefix):]
+	}
+	return msg
+}

@@ -1,0 +1,409 @@
+package railproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+	"lock.dev/internal/railstub"
+	"lock.dev/lockapi"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	os.Exit(pgtest.Main(m))
+}
+
+// syncBuffer collects a service's log lines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// events returns the decoded log lines whose event is name.
+func (b *syncBuffer) events(name string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		if m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// stub is a real rail-stub served on a port-0 listener.
+type stub struct {
+	URL    string
+	Client *railstub.Client
+}
+
+func startStub(t testing.TB, latencyMs int) *stub {
+	t.Helper()
+	seed := int64(1)
+	s, err := railstub.New(railstub.Config{Addr: ":0", LogLevel: "error", LatencyMs: latencyMs, Seed: &seed, LogOutput: io.Discard})
+	if err != nil {
+		t.Fatalf("rail-stub: %v", err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		_ = s.Close()
+	})
+	return &stub{URL: srv.URL, Client: railstub.NewClient(srv.URL)}
+}
+
+// calls returns the stub's call log: the ground truth of what the rail was presented.
+func (s *stub) calls(t testing.TB) []railstub.Call {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := s.Client.Calls(ctx)
+	if err != nil {
+		t.Fatalf("stub calls: %v", err)
+	}
+	return c
+}
+
+func (s *stub) callsFor(t testing.TB, payoutID string) int {
+	n := 0
+	for _, c := range s.calls(t) {
+		if c.Reference == payoutID {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *stub) chaos(t testing.TB, latencyMs int, declineRate, dropRate float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.Client.SetChaos(ctx, latencyMs, declineRate, dropRate, nil); err != nil {
+		t.Fatalf("stub chaos: %v", err)
+	}
+}
+
+// proxy is a rail-proxy started with Run on a port-0 listener.
+type proxy struct {
+	URL    string
+	Logs   *syncBuffer
+	stop   context.CancelFunc
+	done   chan error
+	once   sync.Once
+	runErr error
+}
+
+func testConfig(paydbURL, railURL string) Config {
+	cfg := DefaultConfig()
+	cfg.PaydbURL = paydbURL
+	cfg.RailBaseURL = railURL
+	cfg.LogLevel = "debug"
+	return cfg
+}
+
+// startProxy runs a proxy and waits until it serves liveness. It is stopped when
+// the test ends (Stop may be called earlier).
+func startProxy(t testing.TB, cfg Config) *proxy {
+	t.Helper()
+	p, err := tryStartProxy(cfg)
+	if err != nil {
+		t.Fatalf("rail-proxy: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Errorf("rail-proxy Run returned %v", err)
+		}
+	})
+	return p
+}
+
+func tryStartProxy(cfg Config) (*proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	logs := &syncBuffer{}
+	cfg.Listener = ln
+	cfg.LogOutput = logs
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proxy{URL: "http://" + ln.Addr().String(), Logs: logs, stop: cancel, done: make(chan error, 1)}
+	go func() { p.done <- Run(ctx, cfg) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			cancel()
+			_ = ln.Close()
+			return nil, fmt.Errorf("Run returned early: %w (logs: %s)", err, logs.String())
+		default:
+		}
+		resp, err := pollHTTP.Get(p.URL + "/livez")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	return nil, fmt.Errorf("not live after 20s")
+}
+
+// Stop cancels Run and returns what it returned.
+func (p *proxy) Stop() error {
+	p.once.Do(func() {
+		p.stop()
+		select {
+		case p.runErr = <-p.done:
+		case <-time.After(30 * time.Second):
+			p.runErr = fmt.Errorf("Run did not return within 30s of cancellation")
+		}
+	})
+	return p.runErr
+}
+
+// answer is a decoded reply of the proxy: a success body or a problem.
+type answer struct {
+	Status int
+	Body   map[string]any
+	Header http.Header
+}
+
+func (a answer) code() string { s, _ := a.Body["code"].(string); return s }
+
+func (a answer) int(name string) int64 {
+	switch v := a.Body[name].(type) {
+	case json.Number:
+		n, _ := v.Int64()
+		return n
+	case float64:
+		return int64(v)
+	}
+	return -1
+}
+
+func (a answer) str(name string) string { s, _ := a.Body[name].(string); return s }
+
+type payout struct {
+	PayoutID, AccountID string
+	AmountMinor         int64
+	Currency            string
+	Beneficiary         string
+}
+
+func newPayout(id, account string) payout {
+	return payout{PayoutID: id, AccountID: account, AmountMinor: 125000, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
+}
+
+func (p payout) body() []byte {
+	b, _ := json.Marshal(lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
+		AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary})
+	return b
+}
+
+var (
+	testHTTP = &http.Client{Timeout: 30 * time.Second}
+	pollHTTP = &http.Client{Timeout: time.Second}
+)
+
+// submit posts a submission the way an executor does.
+func submit(t testing.TB, baseURL string, token int64, p payout) answer {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	h.Set(lockapi.HeaderOwnerID, "worker-1")
+	h.Set(lockapi.HeaderIdempotencyKey, p.PayoutID+":"+strconv.FormatInt(token, 10))
+	return post(t, baseURL, h, p.body())
+}
+
+func post(t testing.TB, baseURL string, h http.Header, body []byte) answer {
+	t.Helper()
+	a, err := tryPost(context.Background(), baseURL, h, body)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	return a
+}
+
+func tryPost(ctx context.Context, baseURL string, h http.Header, body []byte) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/rail/submissions", bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header = h
+	resp, err := testHTTP.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	return decode(resp)
+}
+
+func decode(resp *http.Response) (answer, error) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{Status: resp.StatusCode, Header: resp.Header}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&a.Body); err != nil {
+		return a, fmt.Errorf("status %d, body %q: %w", resp.StatusCode, b, err)
+	}
+	return a, nil
+}
+
+func get(t testing.TB, url string) answer {
+	t.Helper()
+	resp, err := testHTTP.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	a, err := decode(resp)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return a
+}
+
+// scrape returns the metric exposition of path as lines.
+func scrape(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := testHTTP.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	return string(b)
+}
+
+// metric returns the value of one series (name with its labels, as exposed), or
+// -1 when it is absent.
+func metric(t testing.TB, p *proxy, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(scrape(t, p.URL+"/metrics"), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(series):]), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", series, err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+// row is a rail_submission row as the tests inspect it.
+type row struct {
+	ID            int64
+	PayoutID      string
+	AccountID     string
+	Token         int64
+	Outcome       *string
+	RailReference *string
+	DeclineReason *string
+	SubmittedAt   time.Time
+	ResolvedAt    *time.Time
+}
+
+func rowsOf(t testing.TB, db dbq, payoutID string) []row {
+	t.Helper()
+	rs, err := db.Query(context.Background(), `SELECT submission_id, payout_id, account_id, presented_token, outcome,
+	       rail_reference, decline_reason, submitted_at, resolved_at
+	  FROM rail_submission WHERE payout_id = $1 ORDER BY submission_id`, payoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.ID, &r.PayoutID, &r.AccountID, &r.Token, &r.Outcome, &r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func countRows(t testing.TB, db dbq) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM rail_submission").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mark(t testing.TB, db dbq, account string) int64 {
+	t.Helper()
+	var v int64
+	err := db.QueryRow(context.Background(), "SELECT highest_token FROM rail_high_water WHERE account_id = $1", account).Scan(&v)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func outcomeOf(r row) string {
+	if r.Outcome == nil {
+		return "NULL"
+	}
+	return *r.Outcome
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

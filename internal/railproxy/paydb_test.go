@@ -1,0 +1,331 @@
+package railproxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+// pgForwarder is a TCP relay between the proxy and PostgreSQL that the test can
+// cut: paydb becomes unreachable (every connection closed, new ones refused), or
+// one COMMIT is lost on the way in or on the way out.
+type pgForwarder struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	down  bool
+	fault string // "", "before" (drop the COMMIT), "after" (deliver it, drop the answer)
+	conns []net.Conn
+}
+
+// commitMsg is a simple-protocol Query message carrying "COMMIT": how the
+// admission transaction's COMMIT travels.
+var commitMsg = []byte("Q\x00\x00\x00\x0bCOMMIT\x00")
+
+func newPGForwarder(t testing.TB, dbURL string) (*pgForwarder, string) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &pgForwarder{ln: ln, target: u.Host}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		f.cut()
+	})
+	go f.accept()
+	u.Host = ln.Addr().String()
+	return f, u.String()
+}
+
+func (f *pgForwarder) accept() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		down := f.down
+		f.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", f.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, c, s)
+		f.mu.Unlock()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		go f.upstream(c, s)
+	}
+}
+
+// upstream relays client→server, watching for the COMMIT when a fault is armed.
+func (f *pgForwarder) upstream(c, s net.Conn) {
+	defer s.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			f.mu.Lock()
+			fault := f.fault
+			if fault != "" && bytes.Contains(chunk, commitMsg) {
+				f.fault = ""
+			} else {
+				fault = ""
+			}
+			f.mu.Unlock()
+			switch fault {
+			case "before":
+				_ = c.Close()
+				return
+			case "after":
+				// The client's side goes first, so the server's answer has
+				// nowhere to go; then the COMMIT is delivered and the server commits.
+				_ = c.Close()
+				_, _ = s.Write(chunk)
+				time.Sleep(300 * time.Millisecond)
+				return
+			}
+			if _, err := s.Write(chunk); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *pgForwarder) cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
+	f.conns = nil
+}
+
+func (f *pgForwarder) setDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+	if down {
+		f.cut()
+	}
+}
+
+func (f *pgForwarder) arm(fault string) {
+	f.mu.Lock()
+	f.fault = fault
+	f.mu.Unlock()
+}
+
+// Acceptance 11, second half, and 13: paydb out of reach is 503 RAIL_UNAVAILABLE
+// stage intent_commit, no row, no rail call; readiness is DOWN (db) while liveness
+// stays UP; when paydb is back, the same payout is admitted.
+func TestPaydbUnreachable(t *testing.T) {
+	t.Parallel()
+	rail := startStub(t, 0)
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	fwd, viaURL := newPGForwarder(t, dbURL)
+	p := startProxy(t, testConfig(viaURL, rail.URL))
+	if a := get(t, p.URL+"/readyz"); a.Status != http.StatusOK {
+		t.Fatalf("readiness before: %+v", a)
+	}
+
+	fwd.setDown(true)
+	a := submit(t, p.URL, 3, newPayout("p-nodb", "acct-nodb"))
+	if a.Status != http.StatusServiceUnavailable || a.code() != lockapi.CodeRailUnavailable || a.str("stage") != "intent_commit" {
+		t.Fatalf("answer: %+v", a)
+	}
+	if _, ok := a.Body["submissionId"]; ok {
+		t.Fatalf("no row exists, yet the answer names one: %+v", a.Body)
+	}
+	if n := countRows(t, db); n != 0 {
+		t.Fatalf("%d rows written", n)
+	}
+	if c := rail.calls(t); len(c) != 0 {
+		t.Fatalf("rail calls: %+v", c)
+	}
+	if ev := p.Logs.events("rail_unavailable"); len(ev) != 1 || ev[0]["stage"] != "intent_commit" {
+		t.Fatalf("rail_unavailable: %v", ev)
+	}
+	ready := get(t, p.URL+"/readyz")
+	comps, _ := ready.Body["components"].(map[string]any)
+	dbc, _ := comps["db"].(map[string]any)
+	if ready.Status != http.StatusServiceUnavailable || dbc["status"] != "DOWN" {
+		t.Fatalf("readiness with paydb down: %+v", ready.Body)
+	}
+	if live := get(t, p.URL+"/livez"); live.Status != http.StatusOK {
+		t.Fatalf("liveness: %+v", live)
+	}
+	// The audit read is a plain 503 UNAVAILABLE.
+	if a := get(t, p.URL+"/v1/rail/submissions?payoutId=p-nodb"); a.Status != http.StatusServiceUnavailable || a.code() != lockapi.CodeUnavailable {
+		t.Fatalf("audit read: %+v", a)
+	}
+
+	fwd.setDown(false)
+	if a := submit(t, p.URL, 3, newPayout("p-nodb", "acct-nodb")); a.Status != http.StatusOK {
+		t.Fatalf("after paydb is back: %+v", a)
+	}
+}
+
+// A COMMIT whose answer is lost: the intent may exist. This process knows it
+// opened no socket, so when the row turns out to exist it resolves it UNSENT and
+// names it; when the COMMIT never arrived there is no row. Either way: 503
+// intent_commit and no rail call.
+func TestIntentCommitLost(t *testing.T) {
+	t.Parallel()
+	rail := startStub(t, 0)
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	fwd, viaURL := newPGForwarder(t, dbURL)
+	p := startProxy(t, testConfig(viaURL, rail.URL))
+
+	fwd.arm("after")
+	a := submit(t, p.URL, 1, newPayout("p-lost-answer", "acct-lost"))
+	if a.Status != http.StatusServiceUnavailable || a.str("stage") != "intent_commit" || a.int("submissionId") <= 0 {
+		t.Fatalf("commit answer lost: %+v", a)
+	}
+	rs := rowsOf(t, db, "p-lost-answer")
+	if len(rs) != 1 || outcomeOf(rs[0]) != "UNSENT" || rs[0].ID != a.int("submissionId") {
+		t.Fatalf("rows: %+v", rs)
+	}
+
+	fwd.arm("before")
+	a = submit(t, p.URL, 2, newPayout("p-lost-commit", "acct-lost"))
+	if a.Status != http.StatusServiceUnavailable || a.str("stage") != "intent_commit" {
+		t.Fatalf("commit lost: %+v", a)
+	}
+	if _, ok := a.Body["submissionId"]; ok {
+		t.Fatalf("no row exists, yet the answer names one: %+v", a.Body)
+	}
+	if rs := rowsOf(t, db, "p-lost-commit"); len(rs) != 0 {
+		t.Fatalf("rows: %+v", rs)
+	}
+	if c := rail.calls(t); len(c) != 0 {
+		t.Fatalf("rail calls: %+v", c)
+	}
+	// Neither left the payout blocked: an UNSENT row is outside the unique index.
+	if a := submit(t, p.URL, 3, newPayout("p-lost-answer", "acct-lost")); a.Status != http.StatusOK {
+		t.Fatalf("resubmission: %+v", a)
+	}
+}
+
+// The admission transaction is bounded by 2 s in all, waiting for a pool
+// connection included: a fence blocked on the account's row lock, and a second
+// submission waiting for the only pool connection, both answer 503
+// intent_commit, write nothing and call nothing.
+func TestAdmissionBound(t *testing.T) {
+	t.Parallel()
+	rail := startStub(t, 0)
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	cfg := testConfig(dbURL, rail.URL)
+	cfg.PaydbMaxConns = 1
+	p := startProxy(t, cfg)
+	if a := submit(t, p.URL, 1, newPayout("p-b0", "acct-b")); a.Status != http.StatusOK {
+		t.Fatalf("warm-up: %+v", a)
+	}
+	ctx := context.Background()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM rail_high_water WHERE account_id = 'acct-b' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	answers := make([]answer, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			if i == 1 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			answers[i] = submit(t, p.URL, int64(10+i), newPayout("p-b"+string(rune('1'+i)), "acct-b"))
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if a.Status != http.StatusServiceUnavailable || a.str("stage") != "intent_commit" {
+			t.Fatalf("submission %d: %+v", i, a)
+		}
+	}
+	_ = tx.Rollback(ctx)
+	if n := countRows(t, db); n != 1 {
+		t.Fatalf("%d rows, want only the warm-up's", n)
+	}
+	if n := len(rail.calls(t)); n != 1 {
+		t.Fatalf("%d rail calls, want only the warm-up's", n)
+	}
+	if got := mark(t, db, "acct-b"); got != 1 {
+		t.Fatalf("mark %d, want 1 (nothing committed)", got)
+	}
+}
+
+// The resolving write is retried for at most 2 s: paydb lost while the rail
+// holds the call and back within the bound → the row is resolved by a retry;
+// gone for longer → the caller still gets the rail's answer and the row stays
+// unresolved (for the janitor). The rail is called once either way.
+func TestResolvingWriteRetriedWithinBound(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		downFor  time.Duration
+		resolved bool
+	}{{"back within 2s", 600 * time.Millisecond, true}, {"gone longer", 3 * time.Second, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			hold := newHoldingRail(t)
+			dbURL := pgtest.PaydbURL(t)
+			db := pgtest.Pool(t, dbURL)
+			fwd, viaURL := newPGForwarder(t, dbURL)
+			p := startProxy(t, testConfig(viaURL, hold.URL))
+			done := make(chan answer, 1)
+			go func() { done <- submit(t, p.URL, 1, newPayout("p-retry", "acct-retry")) }()
+			hold.waitCalls(t, 1)
+			fwd.setDown(true)
+			hold.release()
+			time.Sleep(c.downFor)
+			fwd.setDown(false)
+			a := <-done
+			if a.Status != http.StatusOK || a.str("railReference") != "RS-p-retry" {
+				t.Fatalf("answer: %+v", a)
+			}
+			rs := rowsOf(t, db, "p-retry")
+			if len(rs) != 1 {
+				t.Fatalf("rows: %+v", rs)
+			}
+			if c.resolved && (outcomeOf(rs[0]) != "ACKED" || rs[0].RailReference == nil) {
+				t.Fatalf("row after a retry: %+v", rs[0])
+			}
+			if !c.resolved && rs[0].Outcome != nil {
+				t.Fatalf("row resolved although paydb was gone for the whole bound: %+v", rs[0])
+			}
+			if n := hold.count("p-retry"); n != 1 {
+				t.Fatalf("rail calls: %d", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"lock.dev/internal/serve"
+)
+
+// startupCheckTimeout bounds the checks run before serving.
+const startupCheckTimeout = 15 * time.Second
+
+// routes lists rail-proxy's whole API.
+func routes(mux *http.ServeMux, a *admitter, store *Store, logger *slog.Logger) {
+	mux.Handle("POST /v1/rail/submissions", handleSubmit(a))
+	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
+}
+
+func newLogger(cfg Config) (*slog.Logger, error) {
+	var out io.Writer = os.Stdout
+	if cfg.LogOutput != nil {
+		out = cfg.LogOutput
+	}
+	return serve.NewLogger(out, "rail-proxy", cfg.LogLevel)
+}
+
+// Run serves rail-proxy until ctx is cancelled, then drains: readiness DOWN, no
+// new connections, in-flight submissions carried to their answers, and returns
+// nil. It refuses to start against a read replica or a schema that is behind.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Listener != nil {
+		// A listener handed in is ours to close, also when start-up fails, so
+		// the caller's clients see a refused connection rather than a hang.
+		defer func() {
+			if err != nil {
+				_ = cfg.Listener.Close()
+			}
+		}()
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	if !cfg.FencingEnabled {
+		logger.Error("FENCING IS DISABLED: tokens at or below an account's mark are admitted and forwarded; this exists to demonstrate the hazard, never for production",
+			"event", "fencing_disabled")
+	}
+	store, err := OpenStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	defer store.Close()
+	if err := checkPaydb(ctx, store); err != nil {
+		return err
+	}
+
+	reg := serve.NewRegistry()
+	m := newMetrics(reg, cfg.FencingEnabled)
+	rail := newRailClient(cfg.RailBaseURL, cfg.RailConnectTimeout, cfg.RailReadTimeout)
+	defer rail.close()
+	a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled}
+
+	// Rows left unresolved by a proxy that died are resolved at start-up, then
+	// swept again every interval.
+	j := &janitor{store: store, metrics: m, logger: logger, age: cfg.InterruptedAfter, interval: cfg.janitorInterval()}
+	if err := j.sweep(ctx); err != nil {
+		logger.Warn("start-up sweep of interrupted intents failed; the periodic sweep will retry", "error", err.Error())
+	}
+	jctx, stopJanitor := context.WithCancel(context.WithoutCancel(ctx))
+	var jwg sync.WaitGroup
+	jwg.Go(func() { j.run(jctx) })
+	defer func() {
+		stopJanitor()
+		jwg.Wait()
+	}()
+
+	health := newHealth(store, rail)
+	mux := http.NewServeMux()
+	routes(mux, a, store, logger)
+	serve.Mount(mux, health, reg)
+	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
+	if err != nil {
+		return err
+	}
+	logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "railBaseURL", cfg.RailBaseURL,
+		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
+		"interruptedAfter", cfg.InterruptedAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)
+	err = serve.Serve(ctx, ln, serve.Handler(mux, logger), health, logger)
+	// A submission whose connection outlived the drain grace is still carried to
+	// its answer and its row resolved before the pool closes; each of its steps is
+	// bounded, so this wait is too.
+	if !a.wait(cfg.InFlightBound() + time.Second) {
+		logger.Error("submissions still in flight at exit; their rows are left to the janitor")
+	}
+	return err
+}
+
+// checkPaydb refuses a standby and a schema that is behind.
+func checkPaydb(ctx context.Context, store *Store) error {
+	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	standby, err := store.InRecovery(ctx)
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	if standby {
+		return errors.New("paydb is a read replica (pg_is_in_recovery() is true): rail-proxy must run against the primary, where the mark is read, compared and advanced in one statement; a replica's mark lags and would admit stale tokens")
+	}
+	if err := store.CheckSchema(ctx); err != nil {
+		if errors.Is(err, ErrSchemaBehind) {
+			return fmt.Errorf("%w: run `rail-proxy migrate` first", err)
+		}
+		return fmt.Errorf("paydb: %w", err)
+	}
+	return nil
+}
+
+// Migrate applies paydb's migrations (the whole tree, rail-proxy's tables and
+// payment-resource's alike) and returns. Safe to run concurrently and repeatedly.
+func Migrate(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	store, err := OpenStore(ctx, cfg.PaydbURL, 2)
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	defer store.Close()
+	v, err := store.Migrate(ctx, logger)
+	if err != nil {
+		return err
+	}
+	logger.Info("paydb migrated", "version", v)
+	return nil
+}

@@ -1,0 +1,407 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
+	"lock.dev/lockapi"
+)
+
+// This file is the only one that speaks SQL or knows pgx. It speaks the domain
+// upwards: verdicts, attempts and the two errors below, never driver types.
+
+// Submission is one admission attempt as the caller presented it.
+type Submission struct {
+	PayoutID       string
+	AccountID      string
+	Token          int64
+	OwnerID        string
+	IdempotencyKey string
+	AmountMinor    int64
+	Currency       string
+	Beneficiary    string
+}
+
+// Verdict is what the admission transaction decided.
+type Verdict int
+
+// The three verdicts of steps 1–3.
+const (
+	Admitted  Verdict = iota + 1 // intent committed with outcome NULL: forward it
+	Fenced                       // FENCED row committed: token ≤ mark
+	Duplicate                    // DUPLICATE row committed: the payout has a forwardable row
+)
+
+// Attempt is the part of a rail_submission row an answer describes.
+type Attempt struct {
+	SubmissionID  int64
+	SubmittedAt   time.Time
+	Outcome       *string // nil while unresolved
+	RailReference *string
+	DeclineReason *string
+}
+
+// Admission is the committed result of steps 1–3.
+type Admission struct {
+	Verdict      Verdict
+	SubmissionID int64
+	SubmittedAt  time.Time
+	PassedFence  bool     // the upsert returned its row (false with fencing off means admitted anyway)
+	HighestToken int64    // Fenced: the mark that refused the token, read under its row lock
+	First        *Attempt // Duplicate: the payout's forwardable row (nil only if it vanished, see firstAttempt)
+}
+
+// CommitError is a failed admission transaction: paydb could not take the attempt
+// in time. Unsure is false when the transaction certainly did not commit (nothing
+// was written); true when COMMIT was sent and its answer lost, in which case
+// SubmissionID names the row that may exist.
+type CommitError struct {
+	SubmissionID int64
+	Intent       bool // the row at stake is an intent (outcome NULL), not a FENCED/DUPLICATE row
+	Unsure       bool
+	Err          error
+}
+
+func (e *CommitError) Error() string { return "admission transaction: " + e.Err.Error() }
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// ErrNoRow says a row looked up by id does not exist.
+var ErrNoRow = errors.New("no such rail_submission row")
+
+// Store is rail_high_water and rail_submission on paydb's primary.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// OpenStore opens the paydb pool. It does not wait for the server.
+func OpenStore(ctx context.Context, url string, maxConns int) (*Store, error) {
+	pool, err := dbconn.Open(ctx, url, int32(maxConns))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Migrate applies paydb's whole migration tree (safe concurrently and repeatedly).
+func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
+	return paydb.Tree().Migrate(ctx, s.pool, logger)
+}
+
+// ErrSchemaBehind is dbconn.ErrSchemaBehind, re-exported so callers need not
+// import the migration mechanics.
+var ErrSchemaBehind = dbconn.ErrSchemaBehind
+
+// CheckSchema returns an error wrapping ErrSchemaBehind when paydb lacks migrations.
+func (s *Store) CheckSchema(ctx context.Context) error { return paydb.Tree().Check(ctx, s.pool) }
+
+// InRecovery reports whether the server is a standby. A standby's mark lags the
+// primary's, so a stale token would pass the lagging read (C3 #ct3-railproxy).
+func (s *Store) InRecovery(ctx context.Context) (bool, error) {
+	var r bool
+	if err := s.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r); err != nil {
+		return false, fmt.Errorf("asking paydb whether it is in recovery: %w", err)
+	}
+	return r, nil
+}
+
+// Ping checks that paydb answers (readiness component db).
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// admitSQL is steps 1 and 2 in one statement, so the whole decision costs one
+// round trip. The fence is C1's pinned upsert, verbatim, strict `<`. The intent
+// insert reads the fence's RETURNING, so it runs after the upsert has taken the
+// account's row lock: admissions of one account are serialised by that lock and
+// their submission_ids follow admission order. ON CONFLICT names the unique
+// index's predicate, so the verdict "duplicate" is the index's own: a concurrent
+// uncommitted intent for the same payout makes this insert wait for it, and a
+// prior SELECT could never do that. When the intent is not inserted, the attempt is
+// still recorded, already resolved, as FENCED (the fence refused it) or DUPLICATE
+// (the fence passed, the index refused it); the mark it advanced stays advanced.
+// $9 is the fencing switch: false admits a refused token anyway.
+const admitSQL = `
+WITH fence AS (
+    INSERT INTO rail_high_water (account_id, highest_token, updated_at)
+    VALUES ($1, $2, now())
+    ON CONFLICT (account_id) DO UPDATE
+       SET highest_token = EXCLUDED.highest_token,
+           updated_at    = now()
+     WHERE rail_high_water.highest_token < EXCLUDED.highest_token
+    RETURNING highest_token
+), intent AS (
+    INSERT INTO rail_submission
+           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8
+     WHERE EXISTS (SELECT FROM fence) OR NOT $9::boolean
+    ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
+    RETURNING submission_id, submitted_at
+), refused AS (
+    INSERT INTO rail_submission
+           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
+            outcome, resolved_at)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8,
+           CASE WHEN EXISTS (SELECT FROM fence) OR NOT $9::boolean THEN 'DUPLICATE' ELSE 'FENCED' END,
+           clock_timestamp()
+     WHERE NOT EXISTS (SELECT FROM intent)
+    RETURNING submission_id, submitted_at, outcome
+)
+SELECT EXISTS (SELECT FROM fence), i.submission_id, i.submitted_at, NULL::text FROM intent i
+UNION ALL
+SELECT EXISTS (SELECT FROM fence), r.submission_id, r.submitted_at, r.outcome FROM refused r`
+
+// markSQL reads the mark that fenced an attempt. It runs in the admission
+// transaction after the upsert, which locked the row even though it did not
+// update it, and READ COMMITTED gives the statement a fresh snapshot: the value is
+// exactly the mark the token was compared with.
+const markSQL = `SELECT highest_token FROM rail_high_water WHERE account_id = $1`
+
+// firstSQL reads the payout's forwardable row, the one the unique index holds.
+// Its predicate is the index's, so the index serves it.
+const firstSQL = `
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+  FROM rail_submission
+ WHERE payout_id = $1 AND (outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT'))`
+
+// firstUnsentSQL is the fallback when the forwardable row that made us a
+// DUPLICATE was resolved UNSENT (its dial failed) between our insert and firstSQL.
+const firstUnsentSQL = `
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+  FROM rail_submission
+ WHERE payout_id = $1 AND outcome = 'UNSENT'
+ ORDER BY submission_id DESC LIMIT 1`
+
+// Admit runs steps 1–3 in one READ COMMITTED transaction on the primary and
+// commits it. Round trips on the admitted path: BEGIN and the admission statement
+// in one pipelined batch, then COMMIT — COMMIT is sent on its own, after the
+// submission_id is known, so a commit whose answer is lost still names the row
+// that may exist.
+//
+// ctx bounds everything, waiting for a pool connection included. Errors are
+// *CommitError.
+func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool) (Admission, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)}
+	}
+	defer conn.Release()
+
+	inTx := false
+	fail := func(err error) (Admission, error) {
+		if inTx {
+			rollback(ctx, conn)
+		}
+		return Admission{}, &CommitError{Err: err}
+	}
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(admitSQL, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
+		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing)
+	br := conn.SendBatch(ctx, b)
+	var (
+		a       Admission
+		outcome *string
+	)
+	_, err = br.Exec()
+	if err == nil {
+		inTx = true
+		err = br.QueryRow().Scan(&a.PassedFence, &a.SubmissionID, &a.SubmittedAt, &outcome)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// A failure before COMMIT leaves nothing behind: the transaction was never
+		// committed and the server rolls it back (explicitly here, or when the
+		// broken connection is dropped).
+		inTx = inTx || conn.Conn().PgConn().TxStatus() != 'I'
+		return fail(fmt.Errorf("admission statement: %w", err))
+	}
+
+	switch {
+	case outcome == nil:
+		a.Verdict = Admitted
+	case *outcome == lockapi.OutcomeFenced:
+		a.Verdict = Fenced
+		if err := conn.QueryRow(ctx, markSQL, sub.AccountID).Scan(&a.HighestToken); err != nil {
+			return fail(fmt.Errorf("reading the mark: %w", err))
+		}
+	case *outcome == lockapi.OutcomeDuplicate:
+		a.Verdict = Duplicate
+		first, err := firstAttempt(ctx, conn, sub.PayoutID)
+		if err != nil {
+			return fail(fmt.Errorf("reading the first attempt: %w", err))
+		}
+		a.First = first
+	default:
+		return fail(fmt.Errorf("admission statement returned outcome %q", *outcome))
+	}
+
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" {
+		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+		err = errors.New("transaction was rolled back")
+		return Admission{}, &CommitError{SubmissionID: a.SubmissionID, Intent: a.Verdict == Admitted, Err: err}
+	}
+	if err != nil {
+		// COMMIT was sent: it may have committed before the answer was lost.
+		return Admission{}, &CommitError{SubmissionID: a.SubmissionID, Intent: a.Verdict == Admitted,
+			Unsure: true, Err: fmt.Errorf("commit: %w", err)}
+	}
+	return a, nil
+}
+
+func firstAttempt(ctx context.Context, conn *pgxpool.Conn, payoutID string) (*Attempt, error) {
+	for _, q := range []string{firstSQL, firstUnsentSQL} {
+		var f Attempt
+		err := conn.QueryRow(ctx, q, payoutID).Scan(&f.SubmissionID, &f.SubmittedAt, &f.Outcome, &f.RailReference, &f.DeclineReason)
+		if err == nil {
+			return &f, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// rollback ends a transaction even when the request's context is done: a
+// cancelled caller must never leave a transaction (and the account's row lock)
+// open. A rollback that fails closes the connection, which the server answers by
+// rolling back.
+func rollback(ctx context.Context, conn *pgxpool.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.Conn().Close(rctx)
+	}
+}
+
+// resolveSQL is C1's pinned resolution: it only ever touches an unresolved row,
+// so it is idempotent and can never overwrite what the janitor (or anyone) wrote.
+const resolveSQL = `
+UPDATE rail_submission
+   SET outcome = $2, rail_reference = $3, decline_reason = $4, resolved_at = clock_timestamp()
+ WHERE submission_id = $1 AND outcome IS NULL`
+
+const attemptSQL = `
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+  FROM rail_submission WHERE submission_id = $1`
+
+// Resolve sets the outcome of an unresolved row. It reports false when the row
+// was already resolved (or does not exist); then Attempt tells what it says.
+func (s *Store) Resolve(ctx context.Context, id int64, outcome string, railRef, declineReason *string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, resolveSQL, id, outcome, railRef, declineReason)
+	if err != nil {
+		return false, fmt.Errorf("resolving submission %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Attempt reads one row by id; ErrNoRow when it does not exist.
+func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
+	var a Attempt
+	err := s.pool.QueryRow(ctx, attemptSQL, id).Scan(&a.SubmissionID, &a.SubmittedAt, &a.Outcome, &a.RailReference, &a.DeclineReason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, ErrNoRow
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading submission %d: %w", id, err)
+	}
+	return a, nil
+}
+
+// listSQL is the audit trail of one payout. payout_id has no index of its own
+// besides the partial unique one (C1 pins the indexes), so this is a scan of
+// rail_submission; it is a rarely used reconciliation read.
+const listSQL = `
+SELECT submission_id, payout_id, account_id, presented_token, owner_id, outcome,
+       rail_reference, decline_reason, submitted_at, resolved_at
+  FROM rail_submission
+ WHERE payout_id = $1
+ ORDER BY submitted_at, submission_id`
+
+// List returns every row of a payout, oldest first.
+func (s *Store) List(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
+	rows, err := s.pool.Query(ctx, listSQL, payoutID)
+	if err != nil {
+		return nil, fmt.Errorf("listing submissions: %w", err)
+	}
+	out := []lockapi.Submission{}
+	for rows.Next() {
+		var r lockapi.Submission
+		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.PresentedToken, &r.OwnerID, &r.Outcome,
+			&r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("listing submissions: %w", err)
+		}
+		r.SubmittedAt = lockapi.UTC(r.SubmittedAt)
+		r.ResolvedAt = lockapi.UTCPtr(r.ResolvedAt)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing submissions: %w", err)
+	}
+	return out, nil
+}
+
+// Interrupted is an intent the janitor resolved to TIMEOUT.
+type Interrupted struct {
+	SubmissionID   int64
+	PayoutID       string
+	AccountID      string
+	PresentedToken int64
+	OwnerID        string
+	SubmittedAt    time.Time
+	ResolvedAt     time.Time
+}
+
+// interruptedSQL resolves intents older than the bound to TIMEOUT. Age is judged
+// by the database clock, so every proxy replica agrees on it. SKIP LOCKED passes
+// over a row a live proxy is resolving this very moment, and the outer
+// `outcome IS NULL` keeps the update conditional: a row is resolved once, by
+// whoever gets there first.
+const interruptedSQL = `
+UPDATE rail_submission
+   SET outcome = 'TIMEOUT', resolved_at = clock_timestamp()
+ WHERE submission_id IN (
+        SELECT submission_id FROM rail_submission
+         WHERE outcome IS NULL
+           AND submitted_at < clock_timestamp() - $1 * interval '1 millisecond'
+         ORDER BY submitted_at
+         LIMIT $2
+           FOR UPDATE SKIP LOCKED)
+   AND outcome IS NULL
+RETURNING submission_id, payout_id, account_id, presented_token, owner_id, submitted_at, resolved_at`
+
+// ResolveInterrupted resolves at most limit intents older than age to TIMEOUT and
+// returns them.
+func (s *Store) ResolveInterrupted(ctx context.Context, age time.Duration, limit int) ([]Interrupted, error) {
+	rows, err := s.pool.Query(ctx, interruptedSQL, age.Milliseconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("resolving interrupted intents: %w", err)
+	}
+	var out []Interrupted
+	for rows.Next() {
+		var r Interrupted
+		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.PresentedToken, &r.OwnerID, &r.SubmittedAt, &r.ResolvedAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("resolving interrupted intents: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("resolving interrupted intents: %w", err)
+	}
+	return out, nil
+}
