@@ -121,7 +121,7 @@ func TestConfigHelpAndSubcommands(t *testing.T) {
 	}
 	for _, s := range []string{"EXECUTOR_ADDR", "LOG_LEVEL", "LOCK_SERVER_URL", "PAYMENT_RESOURCE_URL", "RAIL_PROXY_URL",
 		"EXECUTOR_OWNER_ID", "EXECUTOR_WORKERS", "EXECUTOR_LEASE_TTL", "EXECUTOR_PROXY_TIMEOUT", "EXECUTOR_POLL_INTERVAL",
-		"EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE", "-executor-lease-ttl", "15s", "500ms", ":8085", "default 0 (off)", "default 0s"} {
+		"EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE", "-executor-lease-ttl", "15s", "500ms", ":8085", "(default 0)", "(default 0s)"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("usage lacks %q", s)
 		}
