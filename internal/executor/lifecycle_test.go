@@ -1,15 +1,14 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"lock.dev/internal/logcapture"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,22 +19,7 @@ import (
 )
 
 // syncBuffer is a log sink safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ logcapture.Buffer }
 
 // started is an executor run in the background of a test.
 type started struct {

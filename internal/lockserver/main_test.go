@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"lock.dev/internal/logcapture"
 	"net"
 	"net/http"
 	"net/url"
@@ -250,22 +251,7 @@ func waitDBPast(t *testing.T, q *pgxpool.Pool, at time.Time) {
 }
 
 // syncBuffer is a log sink several goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ logcapture.Buffer }
 
 // tcpProxy stands between lock-server and PostgreSQL so a test can cut lockdb
 // off (down: connections dropped and refused) or stall it (bytes stop flowing).

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"lock.dev/internal/logcapture"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,22 +49,7 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	return &testStub{Stub: s, URL: srv.URL, Client: NewClient(srv.URL), logs: logs}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer struct{ logcapture.Buffer }
 
 // events returns the log lines whose event is name.
 func (b *syncBuffer) events(t *testing.T, name string) []map[string]any {
