@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // BodyFault is why a request body could not even be looked at: 415 or 413.
@@ -64,55 +65,292 @@ func CheckJSONContentType(h http.Header) error {
 // Fields are taken one by one; every fault is collected, and Finish reports
 // members nobody asked for.
 type Object struct {
-	members map[string]json.RawMessage
-	order   []string
-	taken   map[string]bool
+	members []member       // in order of first appearance
+	index   map[string]int // name → members index, built only for large objects
 	errs    []FieldError
 }
 
+type member struct {
+	name  string
+	raw   json.RawMessage // the value's exact bytes, validated
+	taken bool
+}
+
+// indexFrom is the member count above which lookups go through a map; below it a
+// linear scan is cheaper than hashing.
+const indexFrom = 16
+
 // ParseObject parses b as exactly one JSON object. A body that is not one is a
-// single fault on field "body".
+// single fault on field "body". It validates and splits the object in one pass
+// over b (the grammar is encoding/json's: same verdicts, same member values).
 func ParseObject(b []byte) (*Object, []FieldError) {
 	fail := func(p string) (*Object, []FieldError) {
 		return nil, []FieldError{{Field: "body", Problem: p}}
 	}
-	if !json.Valid(b) {
-		// Valid also rejects trailing data after a value; tell the two apart.
-		dec := json.NewDecoder(bytes.NewReader(b))
-		var v json.RawMessage
-		if err := dec.Decode(&v); err == nil {
+	// The verdict for a body that is not one well-formed object: malformed, or a
+	// well-formed first value followed by more, or a single value of another kind.
+	notObject := func(i int) (*Object, []FieldError) {
+		end, ok := scanValue(b, i)
+		switch {
+		case !ok:
+			return fail("must be well-formed JSON")
+		case skipSpace(b, end) != len(b):
 			return fail("must contain exactly one JSON value (trailing data found)")
+		default:
+			return fail("must be a JSON object")
 		}
-		return fail("must be well-formed JSON")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return fail("must be well-formed JSON")
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return notObject(i)
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fail("must be a JSON object")
+	o := &Object{members: make([]member, 0, 8)}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return notObject(0)
+			}
+			kend, ok := scanString(b, i)
+			if !ok {
+				return notObject(0)
+			}
+			k := decodeString(b[i:kend])
+			i = skipSpace(b, kend)
+			if i >= len(b) || b[i] != ':' {
+				return notObject(0)
+			}
+			i = skipSpace(b, i+1)
+			vend, ok := scanValue(b, i)
+			if !ok {
+				return notObject(0)
+			}
+			if o.find(k) >= 0 {
+				o.errs = append(o.errs, FieldError{Field: k, Problem: "must appear only once"})
+			} else {
+				o.add(k, json.RawMessage(b[i:vend:vend]))
+			}
+			i = skipSpace(b, vend)
+			if i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
+			return notObject(0)
+		}
 	}
-	o := &Object{members: map[string]json.RawMessage{}, taken: map[string]bool{}}
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return fail("must be well-formed JSON")
-		}
-		k, _ := kt.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return fail("must be well-formed JSON")
-		}
-		if _, dup := o.members[k]; dup {
-			o.errs = append(o.errs, FieldError{Field: k, Problem: "must appear only once"})
-			continue
-		}
-		o.members[k] = raw
-		o.order = append(o.order, k)
+	if skipSpace(b, i) != len(b) {
+		return fail("must contain exactly one JSON value (trailing data found)")
 	}
 	return o, nil
+}
+
+func (o *Object) add(name string, raw json.RawMessage) {
+	o.members = append(o.members, member{name: name, raw: raw})
+	if o.index != nil {
+		o.index[name] = len(o.members) - 1
+	} else if len(o.members) > indexFrom {
+		o.index = make(map[string]int, 2*len(o.members))
+		for j, m := range o.members {
+			o.index[m.name] = j
+		}
+	}
+}
+
+func (o *Object) find(name string) int {
+	if o.index != nil {
+		if j, ok := o.index[name]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range o.members {
+		if o.members[j].name == name {
+			return j
+		}
+	}
+	return -1
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// scanValue validates the JSON value starting at b[i] and returns the index just
+// past it. Nesting is bounded by the body size (64 KiB), so recursion is too.
+func scanValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return scanString(b, i)
+	case c == '{':
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, true
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return i, false
+			}
+			end, ok := scanString(b, i)
+			if !ok {
+				return i, false
+			}
+			i = skipSpace(b, end)
+			if i >= len(b) || b[i] != ':' {
+				return i, false
+			}
+			if i, ok = scanValue(b, skipSpace(b, i+1)); !ok {
+				return i, false
+			}
+			i = skipSpace(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				return i + 1, true
+			}
+			return i, false
+		}
+	case c == '[':
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, true
+		}
+		for {
+			var ok bool
+			if i, ok = scanValue(b, i); !ok {
+				return i, false
+			}
+			i = skipSpace(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == ']' {
+				return i + 1, true
+			}
+			return i, false
+		}
+	case c == 't':
+		return scanLiteral(b, i, "true")
+	case c == 'f':
+		return scanLiteral(b, i, "false")
+	case c == 'n':
+		return scanLiteral(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return scanNumber(b, i)
+	default:
+		return i, false
+	}
+}
+
+func scanLiteral(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit), true
+	}
+	return i, false
+}
+
+// scanNumber: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func scanNumber(b []byte, i int) (int, bool) {
+	digits := func(i int) int {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(i + 1)
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return j, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return j, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+// scanString validates the string starting at the quote b[i] and returns the
+// index just past its closing quote. Like encoding/json, it rejects control
+// characters and bad escapes and lets invalid UTF-8 through (decoding replaces it).
+func scanString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return i, false
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return i, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if len(b)-i < 5 {
+					return i, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return i, false
+					}
+				}
+				i += 4
+			default:
+				return i, false
+			}
+		}
+	}
+	return i, false
+}
+
+// decodeString is the Go value of a validated JSON string literal (quotes
+// included). Plain ASCII/UTF-8 without escapes, the usual case, is a copy;
+// anything else goes through encoding/json for its exact rules.
+func decodeString(lit []byte) string {
+	inner := lit[1 : len(lit)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // validated by scanString; cannot fail
+	return s
 }
 
 func (o *Object) fault(field, problem string) {
@@ -120,15 +358,15 @@ func (o *Object) fault(field, problem string) {
 }
 
 func (o *Object) take(name string, required bool) (json.RawMessage, bool) {
-	o.taken[name] = true
-	raw, ok := o.members[name]
-	if !ok {
+	j := o.find(name)
+	if j < 0 {
 		if required {
 			o.fault(name, "is required")
 		}
 		return nil, false
 	}
-	return raw, true
+	o.members[j].taken = true
+	return o.members[j].raw, true
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -146,11 +384,11 @@ func (o *Object) String(name string, required, nullable bool, validate func(stri
 		}
 		return "", false
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if raw[0] != '"' {
 		o.fault(name, "must be a string")
 		return "", false
 	}
+	s := decodeString(raw)
 	if validate != nil {
 		if err := validate(s); err != nil {
 			o.fault(name, problemText(err))
@@ -218,9 +456,9 @@ func (o *Object) Float64(name string, required bool, min, max float64) (float64,
 
 // Finish reports members that were not asked for and returns every fault found.
 func (o *Object) Finish() []FieldError {
-	for _, k := range o.order {
-		if !o.taken[k] {
-			o.fault(k, "is not a known member")
+	for _, m := range o.members {
+		if !m.taken {
+			o.fault(m.name, "is not a known member")
 		}
 	}
 	return o.errs

@@ -51,8 +51,9 @@ type Config struct {
 	LogOutput io.Writer    // nil means os.Stdout
 
 	// JanitorInterval is a test hook, not a setting: how often the
-	// interrupted-intent janitor sweeps. Zero means DefaultJanitorInterval; a value
-	// above it is lowered to it.
+	// interrupted-intent janitor sweeps. Zero means the production cadence,
+	// min(DefaultJanitorInterval, InterruptedAfter/4); a value above that is
+	// lowered to it.
 	JanitorInterval time.Duration
 }
 
@@ -111,11 +112,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// janitorInterval is min(10 s, RAIL_PROXY_INTERRUPTED_AFTER/4), or the test hook
+// when it is smaller. A row becomes interrupted at InterruptedAfter and is swept
+// at most one interval later, so with a short InterruptedAfter (a demo's few
+// seconds) a fixed 10 s would leave it unresolved for several times its own age;
+// a quarter keeps that delay proportionate and never beyond C3's 10 s.
 func (c Config) janitorInterval() time.Duration {
-	if c.JanitorInterval <= 0 || c.JanitorInterval > DefaultJanitorInterval {
-		return DefaultJanitorInterval
+	d := DefaultJanitorInterval
+	if q := c.InterruptedAfter / 4; q > 0 && q < d {
+		d = q
 	}
-	return c.JanitorInterval
+	if c.JanitorInterval > 0 && c.JanitorInterval < d {
+		d = c.JanitorInterval
+	}
+	return d
 }
 
 // ParseConfig reads the subcommand ("serve", the default, or "migrate"), flags and

@@ -1,12 +1,12 @@
 package railproxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"lock.dev/internal/logcapture"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,41 +30,10 @@ func TestMain(m *testing.M) {
 }
 
 // syncBuffer collects a service's log lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type syncBuffer struct{ logcapture.Buffer }
 
 // events returns the decoded log lines whose event is name.
-func (b *syncBuffer) events(name string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		if m["event"] == name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func (b *syncBuffer) events(name string) []map[string]any { return b.Events(name) }
 
 // stub is a real rail-stub served on a port-0 listener.
 type stub struct {

@@ -403,3 +403,55 @@ func TestJanitorSweepsAtStartup(t *testing.T) {
 		t.Fatalf("rail calls: %d", n)
 	}
 }
+
+// The janitor's cadence is min(10 s, RAIL_PROXY_INTERRUPTED_AFTER/4); the test
+// hook only ever shortens it.
+func TestJanitorInterval(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		after, hook, want time.Duration
+	}{
+		{60 * time.Second, 0, 10 * time.Second},
+		{40 * time.Second, 0, 10 * time.Second},
+		{20 * time.Second, 0, 5 * time.Second},
+		{4700 * time.Millisecond, 0, 1175 * time.Millisecond},
+		{4700 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+		{4700 * time.Millisecond, 5 * time.Second, 1175 * time.Millisecond},
+		{60 * time.Second, time.Minute, 10 * time.Second},
+	} {
+		cfg := DefaultConfig()
+		cfg.InterruptedAfter, cfg.JanitorInterval = c.after, c.hook
+		if got := cfg.janitorInterval(); got != c.want {
+			t.Errorf("InterruptedAfter %s, hook %s: interval %s, want %s", c.after, c.hook, got, c.want)
+		}
+	}
+}
+
+// With a short RAIL_PROXY_INTERRUPTED_AFTER (lockdemo's few seconds) and no test
+// hook, an intent that becomes interrupted while the proxy runs is resolved by
+// the periodic sweep within about a quarter of that age — well before the 10 s
+// the janitor would otherwise wait.
+func TestJanitorCadenceFollowsInterruptedAfter(t *testing.T) {
+	t.Parallel()
+	rail := startStub(t, 0)
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	cfg := testConfig(dbURL, rail.URL)
+	cfg.RailConnectTimeout = 100 * time.Millisecond
+	cfg.RailReadTimeout = 500 * time.Millisecond
+	cfg.InterruptedAfter = 4700 * time.Millisecond // interval 1.175 s
+	p := startProxy(t, cfg)
+	// Inserted after the start-up sweep, so only the periodic one can find it.
+	if _, err := db.Exec(context.Background(),
+		`INSERT INTO rail_submission (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary, submitted_at)
+		 VALUES ('p-cadence', 'acct-c', 3, 'w', 'k', 1, 'EUR', 'b', clock_timestamp() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the interrupted intent resolved by the periodic sweep", func() bool {
+		rs := rowsOf(t, db, "p-cadence")
+		return len(rs) == 1 && outcomeOf(rs[0]) == "TIMEOUT"
+	})
+	if ev := p.Logs.events("rail_ambiguous"); len(ev) != 1 || ev[0]["cause"] != CauseInterrupted {
+		t.Fatalf("rail_ambiguous: %v", ev)
+	}
+}

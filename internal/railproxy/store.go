@@ -128,7 +128,13 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 // prior SELECT could never do that. When the intent is not inserted, the attempt is
 // still recorded, already resolved, as FENCED (the fence refused it) or DUPLICATE
 // (the fence passed, the index refused it); the mark it advanced stays advanced.
-// $9 is the fencing switch: false admits a refused token anyway.
+// $9 is the fencing switch: false admits a refused token anyway. The gate is
+// written so the planner cannot fold it: `EXISTS (fence) OR NOT $9` folds to true
+// with fencing off, and the intent insert then ran — drawing its submission_id —
+// before the upsert locked the mark row, so admissions of one account were no
+// longer serialised by it. A count compared with a CASE on the flag is evaluated
+// (the fence run to completion, its row lock taken) before the first intent row
+// is formed, in both modes (TestFenceRunsBeforeIntentInBothModes).
 const admitSQL = `
 WITH fence AS (
     INSERT INTO rail_high_water (account_id, highest_token, updated_at)
@@ -142,7 +148,7 @@ WITH fence AS (
     INSERT INTO rail_submission
            (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary)
     SELECT $3, $1, $2, $4, $5, $6, $7, $8
-     WHERE EXISTS (SELECT FROM fence) OR NOT $9::boolean
+     WHERE (SELECT count(*) FROM fence) >= CASE WHEN $9::boolean THEN 1 ELSE 0 END
     ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
     RETURNING submission_id, submitted_at
 ), refused AS (

@@ -1,0 +1,112 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+)
+
+// The fence runs before the intent insert in both modes. With fencing off the
+// gate in front of the intent insert always passes, and a gate PostgreSQL can
+// fold to true would let the insert run (and draw its submission_id) before the
+// upsert has locked the account's mark row; then the admissions of one account
+// would not be serialised by that row and submission_id order would not be
+// admission order. The test holds the mark row locked, starts an admission, and
+// looks at the identity sequence while the admission waits on that lock: had the
+// intent insert run first, it would already have drawn an id.
+func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	ctx := context.Background()
+	store, err := OpenStore(ctx, dbURL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+
+	var seq string
+	if err := db.QueryRow(ctx, `SELECT pg_get_serial_sequence('rail_submission', 'submission_id')`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	lastID := func() int64 {
+		var v *int64
+		if err := db.QueryRow(ctx, `SELECT pg_sequence_last_value($1::regclass)`, seq).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return 0
+		}
+		return *v
+	}
+
+	for i, fencing := range []bool{false, true} {
+		account := []string{"acct-order-off", "acct-order-on"}[i]
+		// The account has a mark of 10; the admission below presents 11, which
+		// passes in both modes.
+		if _, err := store.Admit(ctx, Submission{PayoutID: account + "-p0", AccountID: account, Token: 10,
+			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT FROM rail_high_water WHERE account_id = $1 FOR UPDATE`, account); err != nil {
+			t.Fatal(err)
+		}
+		before := lastID()
+		done := make(chan error, 1)
+		var adm Admission
+		go func() {
+			var err error
+			adm, err = store.Admit(ctx, Submission{PayoutID: account + "-p1", AccountID: account, Token: 11,
+				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing)
+			done <- err
+		}()
+		// Wait until the admission statement is blocked on a lock.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fencing=%v: the admission never waited on the mark row", fencing)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if after := lastID(); after != before {
+			t.Errorf("fencing=%v: the intent insert drew submission_id %d before the fence took the mark row's lock", fencing, after)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if adm.Verdict != Admitted || !adm.PassedFence || adm.SubmissionID != before+1 {
+			t.Fatalf("fencing=%v: %+v (last id before %d)", fencing, adm, before)
+		}
+	}
+	// Fencing on still refuses an equal token; fencing off admits it.
+	for _, fencing := range []bool{true, false} {
+		adm, err := store.Admit(ctx, Submission{PayoutID: "acct-order-on-p-eq-" + map[bool]string{true: "on", false: "off"}[fencing],
+			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing)
+		var ce *CommitError
+		if errors.As(err, &ce) || err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]Verdict{true: Fenced, false: Admitted}[fencing]
+		if adm.Verdict != want || adm.PassedFence {
+			t.Fatalf("fencing=%v, equal token: %+v", fencing, adm)
+		}
+	}
+}
