@@ -257,12 +257,14 @@ func (e *executor) adoptDuplicate(ctx context.Context, p lockapi.Payout, a submi
 		}
 		return verdict{resultDuplicate, nil, "duplicate; the first attempt was accepted but its reference is unknown"}
 	case lockapi.OutcomeRejected:
-		// The answer does not carry the reason; the audit trail does.
-		var reason *string
-		if row := e.forwardableRow(ctx, p.PayoutID); row != nil {
-			reason = row.DeclineReason
+		// The answer does not carry the reason; the audit trail does. DECLINED is
+		// final, so a reason not read now could never be added: when the trail
+		// cannot be read, post nothing and let the reconcile pass adopt the row.
+		row := e.forwardableRow(ctx, p.PayoutID)
+		if row == nil {
+			return verdict{resultDuplicate, nil, "duplicate; the first attempt was declined, its reason could not be read (the reconcile pass adopts it)"}
 		}
-		return verdict{resultDuplicate, declined(reason), "duplicate; the first attempt was declined"}
+		return verdict{resultDuplicate, declined(row.DeclineReason), "duplicate; the first attempt was declined"}
 	case lockapi.OutcomeTimeout:
 		return verdict{resultDuplicate, ambiguous(), "duplicate; the first attempt is ambiguous"}
 	default:

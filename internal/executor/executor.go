@@ -41,6 +41,8 @@ type executor struct {
 	payouts *payment.Client
 	proxy   *proxyClient
 
+	lockHTTP *http.Client // lockclient's, closed with the others at the end
+
 	mu   sync.Mutex
 	busy map[string]bool // accounts a goroutine of this process is working on
 	rnd  *rand.Rand      // the pause draw
@@ -142,6 +144,9 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
 	pc := payment.NewClient(cfg.PaymentResourceURL)
 	pc.Timeout = cfg.requestTimeout()
 	pc.HTTP = &http.Client{Transport: newTransport(idle)}
+	// Redirects are not followed: a 307/308 would resend an acquire or renew to
+	// an address nobody configured.
+	lockHTTP := &http.Client{Transport: newTransport(idle), CheckRedirect: noRedirect}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Int64()
@@ -153,14 +158,17 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
 		log:  logger,
 		m:    m,
 		locks: lockclient.New(cfg.LockServerURL,
-			lockclient.WithHTTPClient(&http.Client{Transport: newTransport(idle)}),
+			lockclient.WithHTTPClient(lockHTTP),
 			lockclient.WithRequestTimeout(cfg.requestTimeout()),
 			lockclient.WithLogger(logger)),
-		payouts: pc,
-		proxy:   newProxyClient(cfg.RailProxyURL, idle),
-		busy:    map[string]bool{},
+		payouts:  pc,
+		proxy:    newProxyClient(cfg.RailProxyURL, idle),
+		busy:     map[string]bool{},
+		lockHTTP: lockHTTP,
 	}
 }
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // newTransport is a transport for one service: no HTTP proxy from the
 // environment (the services are addressed directly), idle connections enough for
@@ -177,6 +185,7 @@ func newTransport(idle int) *http.Transport {
 func (e *executor) close() {
 	e.proxy.close()
 	e.payouts.HTTP.CloseIdleConnections()
+	e.lockHTTP.CloseIdleConnections()
 }
 
 func (e *executor) workersUp(context.Context) error {

@@ -118,6 +118,9 @@ func TestVerdictForEveryAnswer(t *testing.T) {
 		{"DUPLICATE first REJECTED → DECLINED with the trail's reason", scriptedProxy{submit: dupe("REJECTED", nil),
 			trail: []lockapi.Submission{row(2, 5, "REJECTED", "", "limit exceeded"), row(9, token, "DUPLICATE", "", "")}},
 			resultDuplicate, "DECLINED", "", "limit exceeded"},
+		// DECLINED is final: a reason not read now could never be added.
+		{"DUPLICATE first REJECTED, trail unreadable → nothing (reconcile adopts)", scriptedProxy{submit: dupe("REJECTED", nil), trailFails: true},
+			resultDuplicate, "", "", ""},
 		{"DUPLICATE first TIMEOUT → AMBIGUOUS", scriptedProxy{submit: dupe("TIMEOUT", nil)},
 			resultDuplicate, "AMBIGUOUS", "", ""},
 		{"DUPLICATE first null → nothing", scriptedProxy{submit: dupe(nil, nil)},

@@ -86,12 +86,15 @@ func (e *executor) reconcileOne(ctx context.Context, stale lockapi.Payout) {
 			"payoutId", p.PayoutID, "token", token, "submissionId", row.SubmissionID, "why", v.why)
 		return
 	}
-	e.m.count(v.result)
 	e.log.Info("reconcile: adopting the recorded outcome", "event", "reconcile_adopted", "payoutId", p.PayoutID,
 		"accountId", p.AccountID, "token", token, "submissionId", row.SubmissionID, "presentedToken", row.PresentedToken,
 		"result", v.result, "post", v.post.Outcome)
 	if e.stopped(context.WithoutCancel(ctx), lease, "post") {
 		return
 	}
-	e.post(ctx, p, token, *v.post)
+	// The pass counts what it settles: a post that did not land settles nothing,
+	// and the next pass would count the same payout again.
+	if e.post(ctx, p, token, *v.post) {
+		e.m.count(v.result)
+	}
 }
