@@ -153,14 +153,15 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 		// RAIL_PROXY_INTERRUPTED_AFTER. The caller still gets the rail's answer.
 		a.logger.Error("resolving write failed; the row stays unresolved until the janitor resolves it TIMEOUT",
 			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", adm.SubmissionID,
-			"outcome", outcome, "error", err.Error())
+			"outcome", outcome, "railReference", strOrNil(railRef), "declineReason", strOrNil(reason), "error", err.Error())
 	case !wrote:
 		// Someone resolved the row first (the janitor, after a stall longer than
 		// any bound). The row is the audit trail: answer what it says, so the
 		// caller and the trail never disagree. The janitor already counted it.
 		a.logger.Warn("submission was already resolved; answering what its row says",
 			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", adm.SubmissionID,
-			"railSaid", outcome, "rowSays", strOrNil(row.Outcome))
+			"railSaid", outcome, "railReference", strOrNil(railRef), "declineReason", strOrNil(reason),
+			"rowSays", strOrNil(row.Outcome))
 		r := a.answerFromRow(sub, row)
 		r.metric = ""
 		return r

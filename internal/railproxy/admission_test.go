@@ -459,3 +459,39 @@ func TestResolutionFindsRowAlreadyResolved(t *testing.T) {
 		t.Fatalf("row: %+v", rs)
 	}
 }
+
+// The mark is advanced before the rail is called, not after: while token 10's
+// call for one payout is still held at the rail, another payout of the same
+// account presented with 10 (a replay) or 9 (an older holder) is already fenced,
+// and the rail sees only the one call. A proxy that advanced the mark when the
+// rail answered would admit both here.
+func TestMarkAdvancedBeforeRailAnswers(t *testing.T) {
+	t.Parallel()
+	hold := newHoldingRail(t)
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	p := startProxy(t, testConfig(dbURL, hold.URL))
+
+	firstDone := make(chan answer, 1)
+	go func() { firstDone <- submit(t, p.URL, 10, newPayout("p-a", "acct-m")) }()
+	hold.waitCalls(t, 1)
+	if m := mark(t, db, "acct-m"); m != 10 {
+		t.Fatalf("mark while the rail holds the call = %d, want 10", m)
+	}
+	for _, tok := range []int64{10, 9} {
+		a := submit(t, p.URL, tok, newPayout("p-b", "acct-m"))
+		if a.Status != http.StatusConflict || a.code() != lockapi.CodeFencedOut {
+			t.Fatalf("token %d while 10 is in flight: %d %s, want 409 FENCED_OUT", tok, a.Status, a.code())
+		}
+	}
+	hold.release()
+	if a := <-firstDone; a.Status != http.StatusOK {
+		t.Fatalf("first: %+v", a)
+	}
+	hold.mu.Lock()
+	calls := len(hold.refs)
+	hold.mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("rail received %d calls, want 1", calls)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"time"
@@ -92,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "railBaseURL", cfg.RailBaseURL,
+	logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "railBaseURL", redactURL(cfg.RailBaseURL),
 		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 		"interruptedAfter", cfg.InterruptedAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)
 	err = serve.Serve(ctx, ln, serve.Handler(mux, logger), health, logger)
@@ -146,4 +147,13 @@ func Migrate(ctx context.Context, cfg Config) error {
 	}
 	logger.Info("paydb migrated", "version", v)
 	return nil
+}
+
+// redactURL hides a password in a URL before it is logged.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
 }
