@@ -398,19 +398,33 @@ func (o *Object) String(name string, required, nullable bool, validate func(stri
 	return s, true
 }
 
-// Int64 takes an integer member: a JSON integer literal (no fraction, no exponent)
-// within [min, max].
-func (o *Object) Int64(name string, required bool, min, max int64) (int64, bool) {
+// number takes a member that must be a JSON number literal and returns its text;
+// notNumber is the fault for anything else (a string, a literal, an object).
+func (o *Object) number(name string, required bool, notNumber string) (string, bool) {
 	raw, ok := o.take(name, required)
 	if !ok {
-		return 0, false
+		return "", false
 	}
 	s := string(bytes.TrimSpace(raw))
 	if s == "null" {
 		o.fault(name, "must not be null")
+		return "", false
+	}
+	if s == "" || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) {
+		o.fault(name, notNumber)
+		return "", false
+	}
+	return s, true
+}
+
+// Int64 takes an integer member: a JSON integer literal (no fraction, no exponent)
+// within [min, max].
+func (o *Object) Int64(name string, required bool, min, max int64) (int64, bool) {
+	s, ok := o.number(name, required, "must be an integer")
+	if !ok {
 		return 0, false
 	}
-	if s == "" || strings.ContainsAny(s, ".eE\"") || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) {
+	if strings.ContainsAny(s, ".eE") {
 		o.fault(name, "must be an integer")
 		return 0, false
 	}
@@ -433,17 +447,8 @@ func (o *Object) Int64(name string, required bool, min, max int64) (int64, bool)
 
 // Float64 takes a number member within [min, max].
 func (o *Object) Float64(name string, required bool, min, max float64) (float64, bool) {
-	raw, ok := o.take(name, required)
+	s, ok := o.number(name, required, "must be a number")
 	if !ok {
-		return 0, false
-	}
-	s := string(bytes.TrimSpace(raw))
-	if s == "null" {
-		o.fault(name, "must not be null")
-		return 0, false
-	}
-	if s == "" || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) {
-		o.fault(name, "must be a number")
 		return 0, false
 	}
 	v, err := strconv.ParseFloat(s, 64)
