@@ -139,8 +139,15 @@ func (p *Problem) Member(name string, dst any) (bool, error) {
 	return true, json.Unmarshal(v, dst)
 }
 
+// ProblemNoter is implemented by a ResponseWriter that wants to know which
+// problem was answered (the service runtime logs refused requests with it).
+type ProblemNoter interface{ NoteProblem(*Problem) }
+
 // WriteProblem writes p as application/problem+json with its status.
 func WriteProblem(w http.ResponseWriter, p *Problem) {
+	if n, ok := w.(ProblemNoter); ok {
+		n.NoteProblem(p)
+	}
 	body, err := json.Marshal(p)
 	if err != nil { // members are built by our own code; fall back to a bare problem
 		body = []byte(`{"type":"about:blank","title":"Internal error","status":500,"detail":"problem encoding failed","code":"INTERNAL"}`)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/logcapture"
 	"lock.dev/lockapi"
 )
 
@@ -94,5 +95,30 @@ func TestReadinessDownWhileDraining(t *testing.T) {
 	h.Drain()
 	if up, comps := h.Ready(t.Context()); up || comps["lifecycle"].Status != "DOWN" {
 		t.Fatalf("draining: up=%v %v", up, comps)
+	}
+}
+
+// A malformed request is said in the log: which fields broke which rule, never the
+// values sent.
+func TestHandlerLogsMalformedRequests(t *testing.T) {
+	var logs logcapture.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/things", func(w http.ResponseWriter, r *http.Request) {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{{Field: "beneficiary", Problem: "must be 1–128 characters"}})
+	})
+	srv := httptest.NewServer(Handler(mux, logger))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/things", "application/json", strings.NewReader(`{"beneficiary":"SECRET-IBAN-1234"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ev := logs.Events("request_refused")
+	if len(ev) != 1 || ev[0]["code"] != lockapi.CodeInvalidRequest || ev[0]["route"] != "POST /v1/things" {
+		t.Fatalf("request_refused lines: %v", ev)
+	}
+	if !strings.Contains(logs.String(), `"field":"beneficiary"`) || strings.Contains(logs.String(), "SECRET-IBAN") {
+		t.Fatalf("log must name the field and not the value: %s", logs.String())
 	}
 }

@@ -165,7 +165,9 @@ func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
 			}
 		}()
 		if _, pattern := mux.Handler(r); pattern != "" {
-			mux.ServeHTTP(w, r)
+			nw := &notingWriter{ResponseWriter: w}
+			mux.ServeHTTP(nw, r)
+			logRefused(logger, r, pattern, nw.problem)
 			return
 		}
 		var allow []string
@@ -179,6 +181,11 @@ func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
 				allow = append(allow, m)
 			}
 		}
+		status := http.StatusNotFound
+		if len(allow) > 0 {
+			status = http.StatusMethodNotAllowed
+		}
+		logger.Info("request refused: no such route", "event", "request_refused", "method", r.Method, "status", status)
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusMethodNotAllowed, lockapi.CodeMethodNotAllowed,
@@ -187,6 +194,37 @@ func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
 		}
 		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusNotFound, lockapi.CodeNotFound, "no such route", nil))
 	})
+}
+
+// notingWriter remembers the problem a handler answered with.
+type notingWriter struct {
+	http.ResponseWriter
+	problem *lockapi.Problem
+}
+
+func (n *notingWriter) NoteProblem(p *lockapi.Problem) { n.problem = p }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines, hijack).
+func (n *notingWriter) Unwrap() http.ResponseWriter { return n.ResponseWriter }
+
+// logRefused says in the log why a request was refused when no pinned event of the
+// service already does: malformed input (what was wrong, by field and rule — never
+// the values sent), an unknown resource, or a failure inside the service.
+func logRefused(logger *slog.Logger, r *http.Request, pattern string, p *lockapi.Problem) {
+	if p == nil {
+		return
+	}
+	attrs := []any{"event", "request_refused", "route", pattern, "status", p.Status, "code", p.Code, "detail", p.Detail}
+	switch p.Code {
+	case lockapi.CodeInvalidRequest:
+		var errs []lockapi.FieldError
+		_, _ = p.Member("errors", &errs)
+		logger.Warn("request refused as malformed: nothing written, nothing called", append(attrs, "errors", errs)...)
+	case lockapi.CodeNotFound:
+		logger.Info("request refused: not found", attrs...)
+	case lockapi.CodeInternal:
+		logger.Error("request failed inside the service", attrs...)
+	}
 }
 
 // Server timeouts (C3 #ct3-timeouts): headers within 5 s, the body within a further
