@@ -266,35 +266,60 @@ func (s *store) Claim(ctx context.Context, id string, token int64, owner string)
 }
 
 func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string) (lockapi.Payout, error) {
+	// fence_token only grows and final states never move, so a row the UPDATE
+	// refused can look claimable only if it did not exist yet when the UPDATE's
+	// snapshot was taken: updateOrExplain then runs the UPDATE again.
+	return updateOrExplain(ctx, tx, "claim payout", id,
+		func() (lockapi.Payout, error) { return scanPayout(tx.QueryRow(ctx, claimSQL, id, token, owner)) },
+		func(st payoutState) error {
+			if st.fence >= token {
+				return st.fenced(token, fmt.Sprintf("token %d is not greater than the payout's fence token %d", token, st.fence))
+			}
+			return nil
+		})
+}
+
+// payoutState is what explainSQL reads of a payout a conditional update refused.
+type payoutState struct {
+	status    string
+	fence     int64
+	claimedBy *string
+}
+
+func (st payoutState) fenced(token int64, reason string) error {
+	return &FencedError{Presented: token, FenceToken: st.fence, Status: st.status, ClaimedBy: st.claimedBy, Reason: reason}
+}
+
+// updateOrExplain runs a conditional UPDATE of payout id and, when it matched no
+// row, reads the payout to say why, in the contract's precedence: ErrNotFound,
+// then *FinalError, then judge's refusal. A row judge finds acceptable changed
+// after the UPDATE's snapshot; READ COMMITTED gives each statement a fresh one, so
+// the UPDATE runs again, a bounded number of times.
+func updateOrExplain(ctx context.Context, tx pgx.Tx, op, id string,
+	update func() (lockapi.Payout, error), judge func(payoutState) error) (lockapi.Payout, error) {
 	for range attempts {
-		p, err := scanPayout(tx.QueryRow(ctx, claimSQL, id, token, owner))
+		p, err := update()
 		if err == nil {
 			return p, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return lockapi.Payout{}, classify("claim payout", err)
+			return lockapi.Payout{}, classify(op, err)
 		}
-		var status string
-		var fence int64
-		var claimedBy *string
-		err = tx.QueryRow(ctx, explainSQL, id).Scan(&status, &fence, &claimedBy)
+		var st payoutState
+		err = tx.QueryRow(ctx, explainSQL, id).Scan(&st.status, &st.fence, &st.claimedBy)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return lockapi.Payout{}, ErrNotFound
 		case err != nil:
-			return lockapi.Payout{}, classify("claim payout", err)
-		case isFinal(status):
-			return lockapi.Payout{}, &FinalError{Status: status}
-		case fence >= token:
-			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
-				Reason: fmt.Sprintf("token %d is not greater than the payout's fence token %d", token, fence)}
+			return lockapi.Payout{}, classify(op, err)
+		case isFinal(st.status):
+			return lockapi.Payout{}, &FinalError{Status: st.status}
 		}
-		// fence_token only grows and final states never move, so a row the UPDATE
-		// refused cannot look claimable now, unless it did not exist yet when the
-		// UPDATE's snapshot was taken: run the UPDATE again (READ COMMITTED gives
-		// each statement a fresh snapshot).
+		if err := judge(st); err != nil {
+			return lockapi.Payout{}, err
+		}
 	}
-	return lockapi.Payout{}, fmt.Errorf("claim payout %s: state kept changing under %d attempts", id, attempts)
+	return lockapi.Payout{}, fmt.Errorf("%s %s: state kept changing under %d attempts", op, id, attempts)
 }
 
 // postSQL: only the claimant posts: the row must be CLAIMED with exactly this
@@ -339,40 +364,23 @@ func (s *store) Post(ctx context.Context, id string, token int64, owner string, 
 }
 
 func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
-	for range attempts {
-		p, err := scanPayout(tx.QueryRow(ctx, postSQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
-		if err == nil {
-			return p, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return lockapi.Payout{}, classify("post payout", err)
-		}
-		var status string
-		var fence int64
-		var claimedBy *string
-		err = tx.QueryRow(ctx, explainSQL, id).Scan(&status, &fence, &claimedBy)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return lockapi.Payout{}, ErrNotFound
-		case err != nil:
-			return lockapi.Payout{}, classify("post payout", err)
-		case isFinal(status):
-			return lockapi.Payout{}, &FinalError{Status: status}
-		case status != lockapi.StatusClaimed:
-			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
-				Reason: "the payout is not claimed"}
-		case fence != token:
-			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
-				Reason: fmt.Sprintf("token %d is not the claimant's token %d", token, fence)}
-		case claimedBy == nil || *claimedBy != owner:
-			return lockapi.Payout{}, &FencedError{Presented: token, FenceToken: fence, Status: status, ClaimedBy: claimedBy,
-				Reason: "the payout was claimed with this token by another owner"}
-		}
-		// The row now matches: a claim with this token committed after the
-		// UPDATE's snapshot was taken (a post racing its own claim). Run it again;
-		// READ COMMITTED gives each statement a fresh snapshot.
-	}
-	return lockapi.Payout{}, fmt.Errorf("post payout %s: state kept changing under %d attempts", id, attempts)
+	// A row that matches on a second look had its claim with this token commit
+	// after the UPDATE's snapshot (a post racing its own claim): run it again.
+	return updateOrExplain(ctx, tx, "post payout", id,
+		func() (lockapi.Payout, error) {
+			return scanPayout(tx.QueryRow(ctx, postSQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
+		},
+		func(st payoutState) error {
+			switch {
+			case st.status != lockapi.StatusClaimed:
+				return st.fenced(token, "the payout is not claimed")
+			case st.fence != token:
+				return st.fenced(token, fmt.Sprintf("token %d is not the claimant's token %d", token, st.fence))
+			case st.claimedBy == nil || *st.claimedBy != owner:
+				return st.fenced(token, "the payout was claimed with this token by another owner")
+			}
+			return nil
+		})
 }
 
 func isFinal(status string) bool {
