@@ -84,6 +84,21 @@ func (t Tree) Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logg
 	return v, nil
 }
 
+// RequireCurrent is the start-up check of a service that serves the database: nil
+// when the schema is current; ErrSchemaBehind (wrapped) with the command that
+// brings it up to date; or why the version could not be read.
+func (t Tree) RequireCurrent(ctx context.Context, pool *pgxpool.Pool, migrateCommand string) error {
+	err := t.Check(ctx, pool)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrSchemaBehind):
+		return fmt.Errorf("%w; run `%s` first", err, migrateCommand)
+	default:
+		return fmt.Errorf("%s: cannot verify the schema: %w", t.Database, err)
+	}
+}
+
 // Check returns ErrSchemaBehind (wrapped, with both versions) when the database
 // lacks migrations this binary embeds.
 func (t Tree) Check(ctx context.Context, pool *pgxpool.Pool) error {

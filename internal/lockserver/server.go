@@ -13,7 +13,6 @@ package lockserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -56,13 +54,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer st.close()
 
 	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
-	err = st.checkSchema(cctx)
+	err = st.requireSchema(cctx)
 	cancel()
-	if errors.Is(err, dbconn.ErrSchemaBehind) {
-		return fmt.Errorf("%w: run `lock-server migrate` first", err)
-	}
 	if err != nil {
-		return fmt.Errorf("checking lockdb schema: %w", err)
+		return err
 	}
 
 	reg := serve.NewRegistry()

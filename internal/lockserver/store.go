@@ -61,9 +61,10 @@ func (s *store) ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
 }
 
-// checkSchema wraps dbconn.ErrSchemaBehind when lockdb lacks migrations.
-func (s *store) checkSchema(ctx context.Context) error {
-	return lockdb.Tree().Check(ctx, s.pool)
+// requireSchema wraps dbconn.ErrSchemaBehind, naming the migrate command, when
+// lockdb lacks migrations.
+func (s *store) requireSchema(ctx context.Context) error {
+	return lockdb.Tree().RequireCurrent(ctx, s.pool, "lock-server migrate")
 }
 
 func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {

@@ -7,14 +7,12 @@ package payment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -50,13 +48,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.close()
 
 	cctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
-	err = st.checkSchema(cctx)
+	err = st.requireSchema(cctx)
 	cancel()
-	if errors.Is(err, dbconn.ErrSchemaBehind) {
-		return fmt.Errorf("%w; run `%s migrate` first", err, ServiceName)
-	}
 	if err != nil {
-		return fmt.Errorf("paydb: cannot verify the schema: %w", err)
+		return err
 	}
 
 	reg := serve.NewRegistry()

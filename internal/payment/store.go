@@ -83,9 +83,12 @@ func (s *store) close() { s.pool.Close() }
 
 func (s *store) ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
-// checkSchema returns an error wrapping dbconn.ErrSchemaBehind when paydb lacks
+// requireSchema returns an error wrapping dbconn.ErrSchemaBehind, naming the
+// migrate command, when paydb lacks
 // migrations this binary embeds.
-func (s *store) checkSchema(ctx context.Context) error { return paydb.Tree().Check(ctx, s.pool) }
+func (s *store) requireSchema(ctx context.Context) error {
+	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
+}
 
 // migrate applies the whole paydb tree (rail-proxy's tables too: C1 keeps one tree).
 func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {

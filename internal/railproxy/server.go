@@ -117,13 +117,7 @@ func checkPaydb(ctx context.Context, store *Store) error {
 	if standby {
 		return errors.New("paydb is a read replica (pg_is_in_recovery() is true): rail-proxy must run against the primary, where the mark is read, compared and advanced in one statement; a replica's mark lags and would admit stale tokens")
 	}
-	if err := store.CheckSchema(ctx); err != nil {
-		if errors.Is(err, ErrSchemaBehind) {
-			return fmt.Errorf("%w: run `rail-proxy migrate` first", err)
-		}
-		return fmt.Errorf("paydb: %w", err)
-	}
-	return nil
+	return store.RequireSchema(ctx)
 }
 
 // Migrate applies paydb's migrations (the whole tree, rail-proxy's tables and

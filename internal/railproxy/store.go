@@ -102,8 +102,11 @@ func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) (int64, error)
 // import the migration mechanics.
 var ErrSchemaBehind = dbconn.ErrSchemaBehind
 
-// CheckSchema returns an error wrapping ErrSchemaBehind when paydb lacks migrations.
-func (s *Store) CheckSchema(ctx context.Context) error { return paydb.Tree().Check(ctx, s.pool) }
+// RequireSchema returns an error wrapping ErrSchemaBehind, naming `rail-proxy
+// migrate`, when paydb lacks migrations.
+func (s *Store) RequireSchema(ctx context.Context) error {
+	return paydb.Tree().RequireCurrent(ctx, s.pool, "rail-proxy migrate")
+}
 
 // InRecovery reports whether the server is a standby. A standby's mark lags the
 // primary's, so a stale token would pass the lagging read (C3 #ct3-railproxy).
