@@ -196,11 +196,14 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 // Issue 8, item 4: with a million rows in rail_submission and a payout whose
 // trail runs over two pages (150 FENCED attempts before the one the rail
 // accepted), an executor still settles the payout whose attempt its claimant
-// lost track of: the reconcile pass pages through the trail and adopts it.
+// lost track of: the reconcile pass pages through the trail and adopts it. Not
+// parallel: the insert loads the test cluster the package's other tests share
+// (their bounds would feel it); it runs before they start, and the rows go when
+// it ends.
 func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
-	t.Parallel()
 	st, _ := startStack(t, nil)
 	ctx := context.Background()
+	t.Cleanup(func() { _, _ = st.Paydb.Exec(context.Background(), "TRUNCATE rail_submission") })
 	if _, err := st.Paydb.Exec(ctx, `
 		INSERT INTO rail_submission (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor,
 		                             currency, beneficiary, outcome, resolved_at)
