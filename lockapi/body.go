@@ -27,6 +27,7 @@ func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {
 			Errors: []FieldError{{Field: "Content-Type", Problem: problemText(err)}}}
 	}
 	if r.ContentLength > MaxBodyBytes {
+		drainOversized(r)
 		return nil, tooLarge()
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
@@ -35,9 +36,35 @@ func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {
 			Errors: []FieldError{{Field: "body", Problem: "could not be read: " + err.Error()}}}
 	}
 	if len(b) > MaxBodyBytes {
+		drainOversized(r)
 		return nil, tooLarge()
 	}
 	return b, nil
+}
+
+// MaxDrainBytes bounds what is read and thrown away of a body over MaxBodyBytes
+// so that its 413 reaches the client.
+//
+// A server that answers before a client has finished sending its body and then
+// closes the connection (Go's does, past 256 KiB left unread) makes the client's
+// kernel answer its remaining writes with a reset, which discards the 413 still
+// unread in the client's receive buffer: the client sees a broken pipe or a
+// reset instead of the answer. Reading the rest of a body up to a few MiB — a
+// client's honest mistake — costs little and keeps the connection usable; a
+// larger one (or one announced larger) is not read, and that client may see the
+// connection closed.
+const MaxDrainBytes = 4 << 20
+
+func drainOversized(r *http.Request) {
+	if r.ContentLength > MaxDrainBytes {
+		return
+	}
+	// A client waiting for 100 Continue has sent no body: reading it would invite
+	// the body only to throw it away. The server answers and closes instead.
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, MaxDrainBytes))
 }
 
 func tooLarge() *BodyFault {

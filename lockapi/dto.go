@@ -87,9 +87,12 @@ type Submission struct {
 	ResolvedAt     *time.Time `json:"resolvedAt"`
 }
 
-// SubmissionList is the answer of GET /v1/rail/submissions?payoutId=.
+// SubmissionList is one page of the answer of GET /v1/rail/submissions?payoutId=,
+// oldest first. Next is the submissionId to pass as after= for the next page; nil
+// (JSON null) when there is no more.
 type SubmissionList struct {
 	Submissions []Submission `json:"submissions"`
+	Next        *int64       `json:"next"`
 }
 
 // Payout is payment-resource's payout shape.

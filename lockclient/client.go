@@ -95,11 +95,17 @@ func New(baseURL string, opts ...Option) *Client {
 	return c
 }
 
+// newTransport is Go's default transport without the environment's proxy: a
+// proxy (HTTP_PROXY, HTTPS_PROXY) could retry an acquire on its own, and a
+// second grant to the same owner hands out a token nobody learns. lock-server is
+// addressed directly.
 func newTransport() http.RoundTripper {
-	if t, ok := http.DefaultTransport.(*http.Transport); ok {
-		return t.Clone()
+	t := &http.Transport{}
+	if d, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = d.Clone()
 	}
-	return &http.Transport{}
+	t.Proxy = nil
+	return t
 }
 
 // Acquire asks for name on behalf of ownerID for ttl (whole milliseconds; the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,6 +17,9 @@ import (
 
 	"lock.dev/internal/pgtest"
 )
+
+// secret is the password in the URLs given to the binary: it must never show.
+const secret = "s3cr3t-Pw"
 
 // With runMainEnv set the test binary is rail-proxy itself: main() with the
 // arguments after "--".
@@ -71,29 +75,43 @@ func TestBinary(t *testing.T) {
 		{[]string{"RAIL_PROXY_INTERRUPTED_AFTER=5s"}, nil},
 		{nil, []string{"--rail-read-timeout=never"}},
 		{nil, []string{"frobnicate"}},
+		// A bad URL is a bad setting, and the message never shows its password.
+		{[]string{"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1/?x=1"}, nil},
+		{[]string{"PAYDB_URL=postgres://postgres:" + secret + "@[::1"}, nil},
+		{nil, []string{"--paydb-url=host=x port=notaport password=" + secret}},
 	} {
-		var stderr bytes.Buffer
+		var stdout, stderr bytes.Buffer
 		cmd := command(c.env, c.args...)
-		cmd.Stderr = &stderr
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
 			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
 		}
+		if strings.Contains(stderr.String()+stdout.String(), secret) {
+			t.Errorf("%v %v: the password is shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
+		}
 	}
 
-	dbURL := pgtest.EmptyURL(t)
+	// URLs with passwords from here on (the test cluster trusts, any will do).
+	u, err := url.Parse(pgtest.EmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), secret)
+	dbURL := u.String()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info"}
+	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info",
+		"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1"}
 	var stderr bytes.Buffer
 	cmd = command(env, "serve")
 	cmd.Stderr = &stderr
 	cmd.Stdout = io.Discard
-	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "rail-proxy migrate") {
+	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "rail-proxy migrate") || strings.Contains(stderr.String(), secret) {
 		t.Fatalf("serve on an empty paydb: exit %d, %s", exitCode(err), stderr.String())
 	}
 	if err := command(env, "migrate").Run(); err != nil {
@@ -126,12 +144,25 @@ func TestBinary(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Readiness is DOWN (the rail is not there) and says so without details.
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(ready), secret) || strings.Contains(string(ready), "127.0.0.1") {
+		t.Errorf("readiness: %d %s", resp.StatusCode, ready)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	for l := range lines { // until the process closes its stdout
 		if !strings.Contains(l, `"service":"rail-proxy"`) {
 			t.Errorf("log line without service: %s", l)
+		}
+		if strings.Contains(l, secret) {
+			t.Errorf("log line shows the password: %s", l)
 		}
 	}
 	if err := cmd.Wait(); exitCode(err) != 0 {

@@ -65,10 +65,10 @@ func DefaultConfig() Config {
 
 // InterruptedAfter is the RAIL_PROXY_INTERRUPTED_AFTER lockdemo gives rail-proxy:
 // as short as C3 allows for the timeouts in use (it must exceed admission +
-// connect + read + resolution), so a crash's interrupted intents settle within
-// the run.
+// connect + read + resolution by at least the 2 s margin), so a crash's
+// interrupted intents settle within the run.
 func (c Config) InterruptedAfter() time.Duration {
-	return railproxy.AdmissionBound + c.RailConnectTimeout + c.RailReadTimeout + railproxy.ResolveBound + 100*time.Millisecond
+	return railproxy.AdmissionBound + c.RailConnectTimeout + c.RailReadTimeout + railproxy.ResolveBound + railproxy.InterruptMargin
 }
 
 // ProxyTimeout is the executors' EXECUTOR_PROXY_TIMEOUT: above the proxy's worst

@@ -149,13 +149,28 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 	// half-way, or we would not learn what happened to money that may have moved.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ProxyTimeout)
 	start := time.Now()
-	ans := e.proxy.submit(sctx, lockapi.SubmissionRequest{
+	req := lockapi.SubmissionRequest{
 		PayoutID:    p.PayoutID,
 		AccountID:   p.AccountID,
 		AmountMinor: p.AmountMinor,
 		Currency:    p.Currency,
 		Beneficiary: p.Beneficiary,
-	}, token, e.cfg.OwnerID)
+	}
+	ans := e.proxy.submit(sctx, req, token, e.cfg.OwnerID)
+	if ans.kind == answerNone && ans.staleConn {
+		// A kept-alive connection rail-proxy had closed (idle, or shutting down)
+		// failed before a byte of answer. Most likely the proxy never read the
+		// request; but even if it did, sending it again with the same token is
+		// safe: an equal token is fenced, so at most one of the two copies is ever
+		// admitted, and a FENCED_OUT answer to this second copy is read through
+		// the audit trail, which says what became of the first (verdict). Without
+		// the resend the payout would wait a lease TTL for the reconcile pass.
+		e.m.resent.Inc()
+		e.log.Info("submission failed on a reused connection before any answer; sending it again, same token, on a fresh connection",
+			"event", "submission_resent", "payoutId", p.PayoutID, "accountId", p.AccountID, "token", token,
+			"error", errText(ans.err))
+		ans = e.proxy.resubmit(sctx, req, token, e.cfg.OwnerID)
+	}
 	cancel()
 
 	v := e.verdict(ctx, p, token, ans)
@@ -224,6 +239,11 @@ func (e *executor) verdict(ctx context.Context, p lockapi.Payout, token int64, a
 		// Unknown, never "failed": marked AMBIGUOUS and never submitted again.
 		return verdict{resultAmbiguous, ambiguous(), "the rail may have acted; settled outside the system"}
 	case answerFenced:
+		if a.resent {
+			// Our first copy may have reached the proxy and moved the mark to our
+			// own token; only the audit trail can tell the two apart.
+			return e.adoptRecorded(ctx, p, token)
+		}
 		return verdict{resultFenced, nil, "fenced out: a newer holder owns the account"}
 	case answerUnavailable:
 		return verdict{resultUnavailable, nil, "nothing was presented to the rail (stage " + a.stage + ")"}
@@ -379,6 +399,14 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, req 
 		}
 		var pr *lockapi.Problem
 		if errors.As(err, &pr) && pr.Status < 500 {
+			if attempt > 1 && landedEarlier(pr, req) {
+				// An earlier attempt of this very post got no answer, yet landed:
+				// the payout is final in exactly the state we posted.
+				e.log.Info("payout posted", "event", "payout_posted", "payoutId", p.PayoutID, "accountId", p.AccountID,
+					"token", token, "outcome", req.Outcome, "railReference", deref(req.RailReference),
+					"attempts", attempt, "confirmedBy", lockapi.CodePayoutFinal)
+				return true
+			}
 			e.log.Warn("post refused", "event", "post_refused", "payoutId", p.PayoutID, "token", token,
 				"outcome", req.Outcome, "code", pr.Code, "detail", pr.Detail)
 			return false
@@ -391,6 +419,18 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, req 
 		}
 		sleep(base, time.Duration(attempt)*100*time.Millisecond)
 	}
+}
+
+// landedEarlier reports whether a refusal of a repeated post is the first
+// attempt's success seen again: PAYOUT_FINAL carrying, as payoutStatus, the very
+// outcome posted.
+func landedEarlier(pr *lockapi.Problem, req lockapi.PostRequest) bool {
+	if pr.Code != lockapi.CodePayoutFinal {
+		return false
+	}
+	var status string
+	ok, err := pr.Member("payoutStatus", &status)
+	return ok && err == nil && status == req.Outcome
 }
 
 func deref(s *string) string {

@@ -99,7 +99,12 @@ func TestCycleOutcomesInPaydb(t *testing.T) {
 		},
 		tokens: map[string][]string{},
 	}
-	fake := httptest.NewServer(proxy)
+	// Every submission on a connection of its own: a hang-up on a reused one
+	// would be sent again (TestSubmissionResentOnceAfterIdleConnectionClosed),
+	// and this test is about the answers, each given once.
+	fake := httptest.NewUnstartedServer(proxy)
+	fake.Config.SetKeepAlivesEnabled(false)
+	fake.Start()
 	defer fake.Close()
 
 	pc := payment.NewClient(st.PaymentURL)

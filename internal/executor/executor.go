@@ -143,7 +143,7 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
 	idle := cfg.Workers + 2
 	pc := payment.NewClient(cfg.PaymentResourceURL)
 	pc.Timeout = cfg.requestTimeout()
-	pc.HTTP = &http.Client{Transport: newTransport(idle)}
+	pc.HTTP = &http.Client{Transport: newTransport(idle), CheckRedirect: noRedirect}
 	// Redirects are not followed: a 307/308 would resend an acquire or renew to
 	// an address nobody configured.
 	lockHTTP := &http.Client{Transport: newTransport(idle), CheckRedirect: noRedirect}

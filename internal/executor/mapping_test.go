@@ -174,3 +174,63 @@ func TestVerdictForEveryAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Issue 8, item 9: the answer to the resend after a stale connection (same token,
+// fresh connection). FENCED_OUT may be the doing of our own first copy, which
+// reached the proxy after all: the audit trail tells which.
+func TestVerdictForResentAnswer(t *testing.T) {
+	t.Parallel()
+	const token = 7
+	fencedBy := func(highest int64) http.HandlerFunc {
+		return problemAnswer(409, lockapi.CodeFencedOut, map[string]any{"presentedToken": token, "highestToken": highest, "submissionId": 2})
+	}
+	cases := []struct {
+		name   string
+		proxy  scriptedProxy
+		result string
+		post   string
+		ref    string
+	}{
+		{"FENCED_OUT, our first copy ACKED → PAID", scriptedProxy{submit: fencedBy(token),
+			trail: []lockapi.Submission{row(1, token, "ACKED", "RS-first-copy", ""), row(2, token, "FENCED", "", "")}},
+			resultPaid, "PAID", "RS-first-copy"},
+		{"FENCED_OUT, our first copy unresolved → nothing", scriptedProxy{submit: fencedBy(token),
+			trail: []lockapi.Submission{row(1, token, "", "", ""), row(2, token, "FENCED", "", "")}},
+			resultUnavailable, "", ""},
+		{"FENCED_OUT by a newer holder, both copies fenced → nothing, fenced", scriptedProxy{submit: fencedBy(9),
+			trail: []lockapi.Submission{row(1, token, "FENCED", "", ""), row(2, token, "FENCED", "", "")}},
+			resultFenced, "", ""},
+		{"FENCED_OUT, trail unreadable → nothing", scriptedProxy{submit: fencedBy(token), trailFails: true},
+			resultUnavailable, "", ""},
+		{"accepted → PAID", scriptedProxy{submit: func(w http.ResponseWriter, _ *http.Request) {
+			lockapi.WriteJSON(w, 200, lockapi.SubmissionAccepted{SubmissionID: 1, PayoutID: "p-1", AccountID: "acct-1",
+				PresentedToken: token, Outcome: "ACKED", RailReference: "RS-1"})
+		}}, resultPaid, "PAID", "RS-1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(tc.proxy)
+			defer srv.Close()
+			e := newTestExecutor(t, srv.URL)
+			p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			a := e.proxy.resubmit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
+				AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
+			if !a.resent {
+				t.Fatal("the resend's answer is not marked as such")
+			}
+			v := e.verdict(ctx, p, token, a)
+			if v.result != tc.result {
+				t.Errorf("counted as %q, want %q (%s)", v.result, tc.result, v.why)
+			}
+			if got := postOutcome(v.post); tc.post == "" && got != "none" || tc.post != "" && got != tc.post {
+				t.Fatalf("posts %s, want %q (%s)", got, tc.post, v.why)
+			}
+			if v.post != nil && deref(v.post.RailReference) != tc.ref {
+				t.Errorf("posts reference %q, want %q", deref(v.post.RailReference), tc.ref)
+			}
+		})
+	}
+}

@@ -18,6 +18,8 @@ var results = []string{resultPaid, resultDeclined, resultAmbiguous, resultFenced
 type metrics struct {
 	payouts *prometheus.CounterVec
 	pauses  prometheus.Counter
+	// resent is a project addition beyond C4 (docs/contracts/observability.md).
+	resent prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,8 +32,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "executor_pause_total",
 			Help: "Pauses between claim and submit (the stale-writer maker; demonstrations only).",
 		}),
+		resent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "executor_submission_resent_total",
+			Help: "Submissions sent a second time, same token, on a fresh connection after a reused connection to rail-proxy failed before any answer.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.payouts, m.pauses} {
+	for _, c := range []prometheus.Collector{m.payouts, m.pauses, m.resent} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"lock.dev/lockapi"
 )
@@ -27,26 +29,34 @@ const maxAnswerBytes = 1 << 20
 // A second copy of our own submission would come back FENCED_OUT (its token is now
 // equal to the mark) or DUPLICATE_SUBMISSION, and the executor would act on that
 // instead of on what happened to the first. So the body is handed over without
-// GetBody and redirects are not followed: a submission leaves this process once.
+// GetBody and redirects are not followed: the transport never sends a submission
+// a second time on its own. The one resend there is — after a reused connection
+// failed before any answer — is the executor's own decision, made where the
+// answer is read (submitAndSettle), on a connection of its own (fresh).
 type proxyClient struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	fresh *http.Client // one new connection per request, never reused
 }
 
+// maxTrailPages bounds how many pages of one payout's audit trail are read (100
+// rows each): a trail longer than that is not guessed at, it is an error.
+const maxTrailPages = 100
+
 func newProxyClient(base string, maxIdle int) *proxyClient {
-	tr := newTransport(maxIdle)
+	fresh := newTransport(0)
+	fresh.DisableKeepAlives = true
 	return &proxyClient{
-		base: strings.TrimRight(base, "/"),
-		hc: &http.Client{
-			Transport: tr,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		},
+		base:  strings.TrimRight(base, "/"),
+		hc:    &http.Client{Transport: newTransport(maxIdle), CheckRedirect: noRedirect},
+		fresh: &http.Client{Transport: fresh, CheckRedirect: noRedirect},
 	}
 }
 
-func (c *proxyClient) close() { c.hc.CloseIdleConnections() }
+func (c *proxyClient) close() {
+	c.hc.CloseIdleConnections()
+	c.fresh.CloseIdleConnections()
+}
 
 // idempotencyKey is the key of one attempt: one payout under one token (C3 #ct3-executor).
 func idempotencyKey(payoutID string, token int64) string {
@@ -108,10 +118,31 @@ type submitAnswer struct {
 	highestToken *int64 // FENCED_OUT
 	stage        string // RAIL_UNAVAILABLE
 	err          error  // answerNone and answerInvalid: why
+
+	// staleConn: the call failed on a reused keep-alive connection before a
+	// single byte of answer — the mark of a connection rail-proxy had closed as
+	// idle (or while shutting down) just as the request went out.
+	staleConn bool
+	// resent: this is the answer to the submission sent a second time, with the
+	// same token, on a fresh connection after a staleConn failure.
+	resent bool
 }
 
-// submit presents one payout to rail-proxy, once. ctx bounds the whole call.
+// submit presents one payout to rail-proxy, once, on a pooled connection. ctx
+// bounds the whole call.
 func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
+	return c.send(ctx, c.hc, p, token, owner)
+}
+
+// resubmit presents the payout again, with the same token, on a connection opened
+// for this request alone. Only after a staleConn failure (see submitAndSettle).
+func (c *proxyClient) resubmit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
+	a := c.send(ctx, c.fresh, p, token, owner)
+	a.resent = true
+	return a
+}
+
+func (c *proxyClient) send(ctx context.Context, hc *http.Client, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return submitAnswer{err: fmt.Errorf("encode submission: %w", err)}
@@ -128,9 +159,15 @@ func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, t
 	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
 	req.Header.Set(lockapi.HeaderOwnerID, owner)
 	req.Header.Set(lockapi.HeaderIdempotencyKey, idempotencyKey(p.PayoutID, token))
-	resp, err := c.hc.Do(req)
+	var reused, answered atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:              func(info httptrace.GotConnInfo) { reused.Store(info.Reused) },
+		GotFirstResponseByte: func() { answered.Store(true) },
+	}))
+	resp, err := hc.Do(req)
 	if err != nil {
-		return submitAnswer{err: fmt.Errorf("submit to rail-proxy: %w", err)}
+		return submitAnswer{err: fmt.Errorf("submit to rail-proxy: %w", err),
+			staleConn: reused.Load() && !answered.Load() && ctx.Err() == nil}
 	}
 	defer resp.Body.Close()
 	b, err := lockapi.ReadAllLimited(resp.Body, maxAnswerBytes)
@@ -217,38 +254,70 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 	return a
 }
 
-// submissions reads the audit trail of a payout, oldest first.
+// submissions reads the whole audit trail of a payout, oldest first, page by
+// page (C3: at most 100 rows per answer, next names where the following page
+// starts).
 func (c *proxyClient) submissions(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		c.base+"/v1/rail/submissions?payoutId="+url.QueryEscape(payoutID), nil)
+	var (
+		all   []lockapi.Submission
+		after int64
+	)
+	for range maxTrailPages {
+		list, err := c.trailPage(ctx, payoutID, after)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range list.Submissions {
+			if s.PayoutID != payoutID {
+				return nil, errors.New("read audit trail: a row of another payout came back")
+			}
+			if s.SubmissionID <= after {
+				return nil, errors.New("read audit trail: rows out of order")
+			}
+			after = s.SubmissionID
+		}
+		all = append(all, list.Submissions...)
+		if list.Next == nil {
+			return all, nil
+		}
+		if len(list.Submissions) == 0 || *list.Next != after {
+			return nil, errors.New("read audit trail: next does not follow the page")
+		}
+	}
+	return nil, fmt.Errorf("read audit trail: more than %d pages", maxTrailPages)
+}
+
+// trailPage reads one page of the audit trail: the rows after submission after
+// (0: from the first).
+func (c *proxyClient) trailPage(ctx context.Context, payoutID string, after int64) (lockapi.SubmissionList, error) {
+	var list lockapi.SubmissionList
+	q := url.Values{"payoutId": {payoutID}}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/rail/submissions?"+q.Encode(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("build audit-trail request: %w", err)
+		return list, fmt.Errorf("build audit-trail request: %w", err)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("read audit trail: %w", err)
+		return list, fmt.Errorf("read audit trail: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := lockapi.ReadAllLimited(resp.Body, maxAnswerBytes)
 	if err != nil {
-		return nil, fmt.Errorf("read audit trail: %w", err)
+		return list, fmt.Errorf("read audit trail: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		if p := lockapi.ReadProblem(resp, b); p != nil {
-			return nil, fmt.Errorf("read audit trail: %w", p)
+			return list, fmt.Errorf("read audit trail: %w", p)
 		}
-		return nil, fmt.Errorf("read audit trail: status %d", resp.StatusCode)
+		return list, fmt.Errorf("read audit trail: status %d", resp.StatusCode)
 	}
-	var list lockapi.SubmissionList
 	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("read audit trail: %w", err)
+		return list, fmt.Errorf("read audit trail: %w", err)
 	}
-	for _, s := range list.Submissions {
-		if s.PayoutID != payoutID {
-			return nil, errors.New("read audit trail: a row of another payout came back")
-		}
-	}
-	return list.Submissions, nil
+	return list, nil
 }
 
 // forwardable is the payout's one forwardable attempt (outcome NULL, ACKED,

@@ -124,6 +124,12 @@ func TestSubmissionIsNeverResentOnAReusedConnection(t *testing.T) {
 		if a.kind != answerNone || a.err == nil {
 			t.Fatalf("second submission: answer %v, want no answer with an error", a.kind)
 		}
+		// Told apart from other failures: a reused connection, no byte of answer
+		// (the executor's own, deliberate resend then decides; see
+		// TestSubmissionResentOnceAfterIdleConnectionClosed).
+		if !a.staleConn {
+			t.Fatalf("second submission: the failure on the reused connection was not recognised (%v)", a.err)
+		}
 		if n := srv.count("drop-2:8"); n != 1 {
 			t.Fatalf("the server read the submission %d times, want exactly 1", n)
 		}
@@ -326,23 +332,53 @@ func TestSubmissionBoundedByItsContext(t *testing.T) {
 	}
 }
 
+// The audit trail is read page by page (C3: next names the submissionId to pass
+// as after), and a trail that does not read as one — rows of another payout,
+// rows out of order, a next that does not follow its page — is an error, never
+// a guess.
 func TestAuditTrail(t *testing.T) {
 	t.Parallel()
 	acked, timeout, fenced := lockapi.OutcomeAcked, lockapi.OutcomeTimeout, lockapi.OutcomeFenced
 	ref := "RS-1"
 	rows := []lockapi.Submission{
 		{SubmissionID: 1, PayoutID: "p/1 x", PresentedToken: 3, Outcome: &fenced},
-		{SubmissionID: 2, PayoutID: "p/1 x", PresentedToken: 4, Outcome: &acked, RailReference: &ref},
-		{SubmissionID: 3, PayoutID: "p/1 x", PresentedToken: 5, Outcome: &timeout},
+		{SubmissionID: 4, PayoutID: "p/1 x", PresentedToken: 3, Outcome: &fenced},
+		{SubmissionID: 7, PayoutID: "p/1 x", PresentedToken: 4, Outcome: &acked, RailReference: &ref},
+		{SubmissionID: 9, PayoutID: "p/1 x", PresentedToken: 5, Outcome: &timeout},
+		{SubmissionID: 12, PayoutID: "p/1 x", PresentedToken: 6, Outcome: &fenced},
 	}
-	var query string
+	var (
+		mu      sync.Mutex
+		queries []string
+		tamper  func(l *lockapi.SubmissionList)
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		query = r.URL.Query().Get("payoutId")
 		if r.Method != http.MethodGet || r.URL.Path != "/v1/rail/submissions" {
 			http.NotFound(w, r)
 			return
 		}
-		lockapi.WriteJSON(w, 200, lockapi.SubmissionList{Submissions: rows})
+		q := r.URL.Query()
+		mu.Lock()
+		queries = append(queries, q.Get("payoutId")+"|"+q.Get("after"))
+		tf := tamper
+		mu.Unlock()
+		var after int64
+		fmt.Sscan(q.Get("after"), &after)
+		var page lockapi.SubmissionList
+		page.Submissions = []lockapi.Submission{}
+		for _, s := range rows {
+			if s.SubmissionID > after && len(page.Submissions) < 2 {
+				page.Submissions = append(page.Submissions, s)
+			}
+		}
+		if n := len(page.Submissions); n == 2 && page.Submissions[1].SubmissionID != rows[len(rows)-1].SubmissionID {
+			next := page.Submissions[1].SubmissionID
+			page.Next = &next
+		}
+		if tf != nil {
+			tf(&page)
+		}
+		lockapi.WriteJSON(w, 200, page)
 	}))
 	defer srv.Close()
 	c := newProxyClient(srv.URL, 1)
@@ -351,16 +387,55 @@ func TestAuditTrail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if query != "p/1 x" {
-		t.Fatalf("payoutId sent as %q", query)
+	if len(subs) != len(rows) || subs[4].SubmissionID != 12 {
+		t.Fatalf("read %d rows %+v, want all %d", len(subs), subs, len(rows))
 	}
-	if fw := forwardable(subs); fw == nil || fw.SubmissionID != 2 {
-		t.Fatalf("forwardable row %+v, want submission 2 (the first row the index covers)", fw)
+	if fmt.Sprint(queries) != "[p/1 x| p/1 x|4 p/1 x|9]" {
+		t.Fatalf("pages asked for: %q", queries)
 	}
-	if fw := forwardable(subs[:1]); fw != nil {
+	if fw := forwardable(subs); fw == nil || fw.SubmissionID != 7 {
+		t.Fatalf("forwardable row %+v, want submission 7 (the first row the index covers)", fw)
+	}
+	if fw := forwardable(subs[:2]); fw != nil {
 		t.Fatalf("a FENCED row was taken as forwardable")
 	}
-	if _, err := c.submissions(context.Background(), "other"); err == nil {
-		t.Fatalf("rows of another payout were accepted")
+	for name, tf := range map[string]func(l *lockapi.SubmissionList){
+		"a row of another payout": func(l *lockapi.SubmissionList) { l.Submissions[0].PayoutID = "other" },
+		"rows out of order": func(l *lockapi.SubmissionList) {
+			if len(l.Submissions) == 2 {
+				l.Submissions[0], l.Submissions[1] = l.Submissions[1], l.Submissions[0]
+			}
+		},
+		"next behind its page": func(l *lockapi.SubmissionList) {
+			if l.Next != nil {
+				back := *l.Next - 1
+				l.Next = &back
+			}
+		},
+		"next on an empty page": func(l *lockapi.SubmissionList) {
+			one := int64(1)
+			l.Submissions, l.Next = []lockapi.Submission{}, &one
+		},
+	} {
+		mu.Lock()
+		tamper = tf
+		mu.Unlock()
+		if _, err := c.submissions(context.Background(), "p/1 x"); err == nil {
+			t.Errorf("%s: the trail was accepted", name)
+		}
+	}
+	// A trail that never ends is not read for ever.
+	mu.Lock()
+	tamper = func(l *lockapi.SubmissionList) {
+		last := l.Submissions[len(l.Submissions)-1].SubmissionID
+		l.Next = &last
+	}
+	rows = append(rows[:0:0], rows...)
+	for i := range 2 * maxTrailPages * 2 {
+		rows = append(rows, lockapi.Submission{SubmissionID: int64(100 + i), PayoutID: "p/1 x", Outcome: &fenced})
+	}
+	mu.Unlock()
+	if _, err := c.submissions(context.Background(), "p/1 x"); err == nil || !strings.Contains(err.Error(), "pages") {
+		t.Errorf("a trail of more than %d pages: %v", maxTrailPages, err)
 	}
 }

@@ -39,6 +39,11 @@ type Client struct {
 
 // NewClient returns a client of the payment-resource at baseURL
 // (e.g. http://127.0.0.1:8082).
+//
+// A claim or a post is presented once: the client follows no redirect (a 307 or
+// 308 would send it again, to an address nobody configured, and a 301–303 would
+// turn it into a GET of something else) and uses no proxy from the environment
+// (a proxy may retry a request on its own). A redirect comes back as an error.
 func NewClient(baseURL string) *Client {
 	// A transport of its own: closing its idle connections, or several services
 	// in one process, then touch nothing shared.
@@ -48,8 +53,11 @@ func NewClient(baseURL string) *Client {
 	} else {
 		tr = &http.Transport{}
 	}
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Transport: tr}}
+	tr.Proxy = nil
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Create creates a payout, or returns the existing one when it has the same five
 // fields (PAYOUT_CONFLICT when they differ).
@@ -146,10 +154,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
+	hc := http.Client{}
+	if c.HTTP != nil {
+		hc = *c.HTTP
 	}
+	// Whatever client the caller gave: a redirect is an answer, never followed.
+	hc.CheckRedirect = noRedirect
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("payment-resource %s %s: %w", method, path, err)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lock.dev/lockapi"
@@ -30,12 +31,28 @@ type admitter struct {
 	metrics *metrics
 	logger  *slog.Logger
 	fencing bool
+	// interruptAfter is this replica's RAIL_PROXY_INTERRUPTED_AFTER: every intent
+	// it admits carries interrupt_at = submitted_at + interruptAfter, and a
+	// resolving write it could not make is retried until shortly before then.
+	interruptAfter time.Duration
 
-	active sync.WaitGroup // submissions being carried to their answers
+	// active counts submissions being carried to their answers and resolving
+	// writes carried on in the background after the answer (a late writer is
+	// added while its submission still holds its own count, so the drain's one
+	// wait covers both).
+	active sync.WaitGroup
+	late   atomic.Int64 // resolving writes in the background right now
 }
 
-// wait waits at most d for every submission in flight to finish; it reports
-// whether they all did.
+// lateMargin is how long before a row's interrupt_at the proxy stops trying to
+// write the outcome it knows: "shortly before" (C3 "Interrupted intents"), so
+// that the janitor only ever takes over the rows of a proxy that is really gone,
+// and a write still running when the janitor looks is one of its own bounded
+// attempts, not an open-ended one.
+const lateMargin = time.Second
+
+// wait waits at most d for every submission in flight and every resolving write
+// in the background to finish; it reports whether they all did.
 func (a *admitter) wait(d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
@@ -73,19 +90,27 @@ func (a *admitter) Submit(ctx context.Context, sub Submission) reply {
 	ctx = context.WithoutCancel(ctx)
 	r := a.submit(ctx, sub, start)
 	if r.metric != "" {
-		a.metrics.submissions.WithLabelValues(r.metric).Inc()
-		a.metrics.submissionSeconds.WithLabelValues(r.metric).Observe(time.Since(start).Seconds())
+		a.count(r.metric, time.Since(start))
 	}
 	return r
+}
+
+// count counts one submission under the outcome its row records, with the time
+// it took to answer. Each submission is counted once: when its answer and its
+// row agree at the time of the answer, then; when the row is resolved in the
+// background, by whoever resolves it (a late write here, or the janitor).
+func (a *admitter) count(metric string, took time.Duration) {
+	a.metrics.submissions.WithLabelValues(metric).Inc()
+	a.metrics.submissionSeconds.WithLabelValues(metric).Observe(took.Seconds())
 }
 
 func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) reply {
 	// Steps 1–3, bounded as a whole (pool wait included) by AdmissionBound.
 	actx, cancel := context.WithTimeout(ctx, AdmissionBound)
-	adm, err := a.store.Admit(actx, sub, a.fencing)
+	adm, err := a.store.Admit(actx, sub, a.fencing, a.interruptAfter)
 	cancel()
 	if err != nil {
-		return a.intentNotCommitted(ctx, sub, err)
+		return a.intentNotCommitted(ctx, sub, err, start)
 	}
 
 	switch adm.Verdict {
@@ -130,6 +155,9 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 	call := a.rail.Pay(ctx, railPayment{Reference: sub.PayoutID, AccountID: sub.AccountID,
 		AmountMinor: sub.AmountMinor, Currency: sub.Currency, Beneficiary: sub.Beneficiary})
 	a.metrics.callSeconds.Observe(call.Elapsed.Seconds())
+	if call.StaleConn {
+		a.metrics.reusedConnFailures.Inc()
+	}
 
 	var (
 		outcome string
@@ -146,14 +174,19 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 	default:
 		outcome = lockapi.OutcomeTimeout
 	}
-	row, wrote, err := a.resolve(ctx, adm.SubmissionID, outcome, railRef, reason)
+	res := resolution{id: adm.SubmissionID, outcome: outcome, railRef: railRef, reason: reason}
+	r := a.answer(sub, adm.SubmissionID, outcome, railRef, reason)
+	row, wrote, err := a.resolveOnce(ctx, res, ResolveBound)
 	switch {
 	case err != nil:
-		// The row stays unresolved; the janitor will resolve it TIMEOUT after
-		// RAIL_PROXY_INTERRUPTED_AFTER. The caller still gets the rail's answer.
-		a.logger.Error("resolving write failed; the row stays unresolved until the janitor resolves it TIMEOUT",
-			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", adm.SubmissionID,
-			"outcome", outcome, "railReference", strOrNil(railRef), "declineReason", strOrNil(reason), "error", err.Error())
+		// paydb did not take the write. The outcome is known: left unresolved,
+		// the row would be resolved TIMEOUT by the janitor once past its
+		// interrupt_at, and the trail would say "unknown" about a payment this
+		// process knows was made, declined or never presented. So the write goes
+		// on in the background; the caller gets the rail's answer now, and the
+		// submission is counted when its row says what happened.
+		a.resolveLater(sub, res, start, r.metric)
+		r.metric = ""
 	case !wrote:
 		// Someone resolved the row first (the janitor, after a stall longer than
 		// any bound). The row is the audit trail: answer what it says, so the
@@ -184,7 +217,7 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 			"accountId", sub.AccountID, "submissionId", adm.SubmissionID, "outcome", outcome,
 			"railReference", strOrNil(railRef), "elapsedMs", elapsedMs)
 	}
-	return a.answer(sub, adm.SubmissionID, outcome, railRef, reason)
+	return r
 }
 
 // answer maps a resolved outcome to the reply C3 pins for it.
@@ -215,68 +248,137 @@ func (a *admitter) answerFromRow(sub Submission, row Attempt) reply {
 	return a.answer(sub, row.SubmissionID, deref(row.Outcome), row.RailReference, row.DeclineReason)
 }
 
-// resolve writes the outcome, retrying the write (it is idempotent: it only
-// touches a row whose outcome is NULL) for at most ResolveBound. wrote is false
-// when the row was found already resolved; row then says by whom to what.
-func (a *admitter) resolve(ctx context.Context, id int64, outcome string, railRef, reason *string) (row Attempt, wrote bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, ResolveBound)
+// resolution is a resolving write: what the row of submission id is to say.
+type resolution struct {
+	id      int64
+	outcome string
+	railRef *string
+	reason  *string
+}
+
+// resolveOnce makes one attempt at the resolving write (C1's conditional UPDATE:
+// it only touches an unresolved row, so any number of attempts is safe), bounded
+// by bound. wrote is false when the row was found already resolved; row then
+// says by whom to what. ErrNoRow: there is no such row.
+func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.Duration) (row Attempt, wrote bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	backoff := 20 * time.Millisecond
-	var last error // the last answer from paydb itself, not our own deadline
-	for {
-		ok, err := a.store.Resolve(ctx, id, outcome, railRef, reason)
-		if err == nil {
-			if ok {
-				return Attempt{SubmissionID: id, Outcome: &outcome, RailReference: railRef, DeclineReason: reason}, true, nil
+	ok, err := a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
+	if err != nil {
+		return Attempt{}, false, err
+	}
+	if ok {
+		return Attempt{SubmissionID: res.id, Outcome: &res.outcome, RailReference: res.railRef, DeclineReason: res.reason}, true, nil
+	}
+	row, err = a.store.Attempt(ctx, res.id)
+	if err != nil {
+		return Attempt{}, false, err
+	}
+	if row.Outcome == nil {
+		return Attempt{}, false, errors.New("row still unresolved after a resolving write that changed nothing")
+	}
+	return row, false, nil
+}
+
+// resolveLater carries on, in the background, a resolving write paydb did not
+// take: it keeps trying until shortly before the row's interrupt_at — measured as
+// start + RAIL_PROXY_INTERRUPTED_AFTER on this process's monotonic clock, start
+// being taken before the admission began, so never later than paydb's own
+// interrupt_at for the row — and then leaves the row to the janitor, as it would
+// if this process were gone. metric is what the submission counts as once its
+// row says so. The drain waits for these writes: a stopping proxy does not
+// abandon an outcome it knows.
+func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time, metric string) {
+	took := time.Since(start)
+	deadline := start.Add(a.interruptAfter - lateMargin)
+	a.active.Add(1)
+	a.late.Add(1)
+	a.logger.Warn("resolving write failed; retrying it in the background until shortly before the row's interrupt_at",
+		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id, "outcome", res.outcome,
+		"railReference", strOrNil(res.railRef), "declineReason", strOrNil(res.reason),
+		"retryUntil", lockapi.UTC(deadline).Format(time.RFC3339Nano))
+	go func() {
+		defer a.active.Done()
+		defer a.late.Add(-1)
+		ctx := context.Background()
+		backoff := 50 * time.Millisecond
+		var last error
+		for attempt := 2; ; attempt++ {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
 			}
-			row, err = a.store.Attempt(ctx, id)
-			if err == nil && row.Outcome != nil {
-				return row, false, nil
+			t := time.NewTimer(min(backoff, left))
+			<-t.C
+			backoff = min(2*backoff, time.Second)
+			left = time.Until(deadline)
+			if left <= 0 {
+				break
 			}
-			if err == nil {
-				err = errors.New("row still unresolved after a resolving write that changed nothing")
+			row, wrote, err := a.resolveOnce(ctx, res, min(ResolveBound, left))
+			switch {
+			case wrote:
+				a.metrics.lateResolutions.Inc()
+				if metric != "" {
+					a.count(metric, took)
+				}
+				a.logger.Info("submission resolved", "event", "submission_resolved", "payoutId", sub.PayoutID,
+					"accountId", sub.AccountID, "submissionId", res.id, "outcome", res.outcome,
+					"railReference", strOrNil(res.railRef), "elapsedMs", time.Since(start).Milliseconds(),
+					"late", true, "attempts", attempt)
+				return
+			case err == nil:
+				// Resolved by someone else — the janitor, which counted it.
+				a.logger.Error("the row was resolved by someone else before the outcome could be written; the audit trail and the caller's answer disagree",
+					"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id,
+					"answered", res.outcome, "railReference", strOrNil(res.railRef), "rowSays", strOrNil(row.Outcome))
+				return
+			case errors.Is(err, ErrNoRow):
+				// An intent whose COMMIT was unsure and did not happen: there is
+				// nothing to resolve, and the answer (nothing presented) stands.
+				if metric != "" {
+					a.count(metric, took)
+				}
+				a.logger.Info("the intent whose commit was unsure does not exist; nothing to resolve",
+					"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id)
+				return
 			}
-		}
-		if last == nil || ctx.Err() == nil {
 			last = err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Attempt{}, false, last
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 400*time.Millisecond)
-	}
+		a.logger.Error("resolving write still failing shortly before the row's interrupt_at; the row is left to the janitor, which will resolve it TIMEOUT",
+			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id, "outcome", res.outcome,
+			"railReference", strOrNil(res.railRef), "declineReason", strOrNil(res.reason), "error", errText(last))
+	}()
 }
 
 // intentNotCommitted answers an admission transaction that failed: 503
 // RAIL_UNAVAILABLE, stage intent_commit. Nothing was presented — no socket to the
 // rail is ever opened before the commit succeeds. If COMMIT was sent and its
 // answer lost, the intent may exist after all; this process knows it opened no
-// socket, so it resolves that row UNSENT (bounded retries) rather than leave a
-// row nobody can explain to the janitor.
-func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err error) reply {
+// socket, so it resolves that row UNSENT rather than leave a row nobody can
+// explain to the janitor — once now, and when paydb does not take it, in the
+// background like any other known outcome (the caller does not wait for it).
+func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err error, start time.Time) reply {
 	members := map[string]any{"stage": "intent_commit"}
+	r := reply{status: http.StatusServiceUnavailable, metric: metricUnavailable}
 	var ce *CommitError
 	if errors.As(err, &ce) && ce.Unsure && ce.SubmissionID != 0 {
 		if ce.Intent {
-			unsent := lockapi.OutcomeUnsent
-			row, wrote, rerr := a.resolve(ctx, ce.SubmissionID, unsent, nil, nil)
+			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent}
+			row, wrote, rerr := a.resolveOnce(ctx, res, ResolveBound)
 			switch {
 			case wrote:
 				members["submissionId"] = ce.SubmissionID
 				a.logger.Info("submission resolved", "event", "submission_resolved", "payoutId", sub.PayoutID,
-					"accountId", sub.AccountID, "submissionId", ce.SubmissionID, "outcome", unsent,
-					"railReference", nil, "elapsedMs", int64(0))
+					"accountId", sub.AccountID, "submissionId", ce.SubmissionID, "outcome", res.outcome,
+					"railReference", nil, "elapsedMs", time.Since(start).Milliseconds())
 			case rerr == nil:
 				members["submissionId"] = row.SubmissionID
 			case errors.Is(rerr, ErrNoRow):
 				// The commit did not happen: no row, nothing to resolve.
 			default:
-				a.logger.Error("intent commit unsure and the row could not be checked; the janitor will resolve it if it exists",
-					"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", ce.SubmissionID, "error", rerr.Error())
+				a.resolveLater(sub, res, start, r.metric)
+				r.metric = ""
 			}
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, ResolveBound)
@@ -289,9 +391,16 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 	a.logger.Warn("rail unavailable: the intent could not be committed, nothing was presented", "event", "rail_unavailable",
 		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "stage", "intent_commit",
 		"error", err.Error())
-	return reply{status: http.StatusServiceUnavailable, metric: metricUnavailable, problem: lockapi.NewProblem(
-		http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
-		"paydb could not take the submission in time; nothing was presented to the rail", members)}
+	r.problem = lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
+		"paydb could not take the submission in time; nothing was presented to the rail", members)
+	return r
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func strOrNil(s *string) any {

@@ -168,7 +168,7 @@ func TestDuplicateWhileFirstInFlight(t *testing.T) {
 	p := startProxy(t, testConfig(dbURL, hold.URL))
 
 	firstDone := make(chan answer, 1)
-	go func() { firstDone <- submit(t, p.URL, 1, newPayout("p-hold", "acct-h")) }()
+	go func() { firstDone <- trySubmit(p.URL, 1, newPayout("p-hold", "acct-h")) }()
 	hold.waitCalls(t, 1)
 	dup := submit(t, p.URL, 2, newPayout("p-hold", "acct-h"))
 	if dup.code() != lockapi.CodeDuplicateSubmission {
@@ -206,7 +206,7 @@ func TestConcurrentSamePayoutForwardedOnce(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			answers <- submit(t, p.URL, 1, newPayout("p-race", fmt.Sprintf("acct-r%d", i)))
+			answers <- trySubmit(p.URL, 1, newPayout("p-race", fmt.Sprintf("acct-r%d", i)))
 		})
 	}
 	close(start)
@@ -441,12 +441,16 @@ func TestResolutionFindsRowAlreadyResolved(t *testing.T) {
 	p := startProxy(t, testConfig(dbURL, hold.URL))
 
 	done := make(chan answer, 1)
-	go func() { done <- submit(t, p.URL, 1, newPayout("p-jan", "acct-j")) }()
+	go func() { done <- trySubmit(p.URL, 1, newPayout("p-jan", "acct-j")) }()
 	hold.waitCalls(t, 1)
-	// The janitor's own statement, with age 0, standing in for a janitor that
-	// judged the row interrupted.
+	// The janitor's own statement, standing in for a janitor that judged the row
+	// interrupted: its interrupt_at is moved into the past first.
+	if _, err := db.Exec(context.Background(),
+		`UPDATE rail_submission SET interrupt_at = clock_timestamp() - interval '1 second' WHERE payout_id = 'p-jan'`); err != nil {
+		t.Fatal(err)
+	}
 	st := &Store{pool: db}
-	got, err := st.ResolveInterrupted(context.Background(), 0, 10)
+	got, err := st.ResolveInterrupted(context.Background(), time.Hour, 10)
 	if err != nil || len(got) != 1 || got[0].PayoutID != "p-jan" {
 		t.Fatalf("janitor statement: %v %+v", err, got)
 	}
@@ -473,7 +477,7 @@ func TestMarkAdvancedBeforeRailAnswers(t *testing.T) {
 	p := startProxy(t, testConfig(dbURL, hold.URL))
 
 	firstDone := make(chan answer, 1)
-	go func() { firstDone <- submit(t, p.URL, 10, newPayout("p-a", "acct-m")) }()
+	go func() { firstDone <- trySubmit(p.URL, 10, newPayout("p-a", "acct-m")) }()
 	hold.waitCalls(t, 1)
 	if m := mark(t, db, "acct-m"); m != 10 {
 		t.Fatalf("mark while the rail holds the call = %d, want 10", m)

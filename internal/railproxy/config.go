@@ -6,6 +6,7 @@
 package railproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,16 @@ const (
 	DefaultJanitorInterval = 10 * time.Second
 	// MaxPaydbConns is a sanity bound on PAYDB_MAX_CONNS.
 	MaxPaydbConns = 1000
+	// InterruptMargin is how far RAIL_PROXY_INTERRUPTED_AFTER must at least exceed
+	// the in-flight bound (C3 "Interrupted intents"): room for pauses of the
+	// process (a GC, a descheduled container) on top of every bound it keeps.
+	InterruptMargin = 2 * time.Second
+	// DefaultRailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT's default: below the
+	// idle timeouts of common HTTP servers and proxies in front of a rail (Node
+	// and Apache httpd close idle connections after 5 s; nginx after 75 s, Go
+	// servers and most cloud load balancers after 60 s or more), so the proxy
+	// closes a pooled connection before the rail would (docs/contracts/rail-proxy.md).
+	DefaultRailIdleConnTimeout = 4 * time.Second
 )
 
 // Config is every rail-proxy setting of C5 #ct5-config, plus the in-process hooks
@@ -46,6 +57,9 @@ type Config struct {
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
 	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+	// RailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT: how long a rail connection
+	// may sit idle in the pool; 0 disables reuse (a new connection per call).
+	RailIdleConnTimeout time.Duration
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -55,6 +69,10 @@ type Config struct {
 	// min(DefaultJanitorInterval, InterruptedAfter/4); a value above that is
 	// lowered to it.
 	JanitorInterval time.Duration
+	// RailDial is a test hook, not a setting: when set, it opens connections to
+	// the rail instead of a net.Dialer (a test makes a dial that never completes
+	// without depending on the kernel). It must honour ctx.
+	RailDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DefaultConfig is the configuration with every C5 default.
@@ -68,6 +86,8 @@ func DefaultConfig() Config {
 		RailReadTimeout:    2 * time.Second,
 		FencingEnabled:     true,
 		InterruptedAfter:   60 * time.Second,
+
+		RailIdleConnTimeout: DefaultRailIdleConnTimeout,
 	}
 }
 
@@ -88,9 +108,14 @@ func (c Config) Validate() error {
 	if c.PaydbMaxConns < 1 || c.PaydbMaxConns > MaxPaydbConns {
 		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d, got %d", MaxPaydbConns, c.PaydbMaxConns)
 	}
+	// The connection string may carry a password: the message never quotes it.
+	if err := checkDatabaseURL(c.PaydbURL); err != nil {
+		return serve.Invalid("PAYDB_URL", "%v", err)
+	}
 	u, err := url.Parse(c.RailBaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return serve.Invalid("RAIL_BASE_URL", "must be an http or https URL with a host, got %q", c.RailBaseURL)
+		// The URL may carry the rail's credentials: the message shows it redacted.
+		return serve.Invalid("RAIL_BASE_URL", "must be an http or https URL with a host, got %q", redactURL(c.RailBaseURL))
 	}
 	if c.RailConnectTimeout <= 0 {
 		return serve.Invalid("RAIL_CONNECT_TIMEOUT", "must be positive, got %s", c.RailConnectTimeout)
@@ -98,13 +123,17 @@ func (c Config) Validate() error {
 	if c.RailReadTimeout <= 0 {
 		return serve.Invalid("RAIL_READ_TIMEOUT", "must be positive, got %s", c.RailReadTimeout)
 	}
+	if c.RailIdleConnTimeout < 0 {
+		return serve.Invalid("RAIL_IDLE_CONN_TIMEOUT", "must not be negative (0 disables reuse), got %s", c.RailIdleConnTimeout)
+	}
 	// A janitor that takes over rows younger than the longest a live proxy can
 	// hold one would mark a call still in flight TIMEOUT, and its real answer
-	// would then be lost to the audit trail.
-	if c.InterruptedAfter <= c.InFlightBound() {
+	// would then be lost to the audit trail; the margin covers the proxy's own
+	// pauses on top of every bound.
+	if c.InterruptedAfter < c.InFlightBound()+InterruptMargin {
 		return serve.Invalid("RAIL_PROXY_INTERRUPTED_AFTER",
-			"must exceed admission %s + RAIL_CONNECT_TIMEOUT %s + RAIL_READ_TIMEOUT %s + resolution %s = %s, got %s",
-			AdmissionBound, c.RailConnectTimeout, c.RailReadTimeout, ResolveBound, c.InFlightBound(), c.InterruptedAfter)
+			"must exceed admission %s + RAIL_CONNECT_TIMEOUT %s + RAIL_READ_TIMEOUT %s + resolution %s = %s by at least %s, got %s",
+			AdmissionBound, c.RailConnectTimeout, c.RailReadTimeout, ResolveBound, c.InFlightBound(), InterruptMargin, c.InterruptedAfter)
 	}
 	if c.JanitorInterval < 0 {
 		return errors.New("railproxy: JanitorInterval must not be negative")
@@ -148,7 +177,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
 	s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
 	s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
-	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s")
+	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
+	s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 	extra, err := s.Parse(rest)
 	if err != nil {
 		if errors.Is(err, serve.ErrHelp) {

@@ -48,7 +48,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		// The account has a mark of 10; the admission below presents 11, which
 		// passes in both modes.
 		if _, err := store.Admit(ctx, Submission{PayoutID: account + "-p0", AccountID: account, Token: 10,
-			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing); err != nil {
+			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := db.Begin(ctx)
@@ -64,7 +64,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		go func() {
 			var err error
 			adm, err = store.Admit(ctx, Submission{PayoutID: account + "-p1", AccountID: account, Token: 11,
-				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing)
+				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute)
 			done <- err
 		}()
 		// Wait until the admission statement is blocked on a lock.
@@ -99,7 +99,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 	// Fencing on still refuses an equal token; fencing off admits it.
 	for _, fencing := range []bool{true, false} {
 		adm, err := store.Admit(ctx, Submission{PayoutID: "acct-order-on-p-eq-" + map[bool]string{true: "on", false: "off"}[fencing],
-			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing)
+			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute)
 		var ce *CommitError
 		if errors.As(err, &ce) || err != nil {
 			t.Fatal(err)

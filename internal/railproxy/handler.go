@@ -66,60 +66,82 @@ func handleSubmit(a *admitter) http.HandlerFunc {
 	}
 }
 
-// handleList is GET /v1/rail/submissions?payoutId=: the audit trail of one
-// payout, oldest first. Executors read it to learn the outcome of an attempt
-// they lost track of.
+// handleList is GET /v1/rail/submissions?payoutId=[&after=]: one page of a
+// payout's audit trail, oldest first, at most MaxListPage rows, with next naming
+// where the following page starts. Executors read it to learn the outcome of an
+// attempt they lost track of.
 func handleList(store *Store, logger *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		payoutID, errs := parseListQuery(r.URL.RawQuery)
+		q, errs := parseListQuery(r.URL.RawQuery)
 		if len(errs) > 0 {
 			lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), AdmissionBound)
 		defer cancel()
-		subs, err := store.List(ctx, payoutID)
+		subs, next, err := store.List(ctx, q.payoutID, q.after, MaxListPage)
 		if err != nil {
-			logger.Warn("audit read failed", "payoutId", payoutID, "error", err.Error())
+			logger.Warn("audit read failed", "payoutId", q.payoutID, "error", err.Error())
 			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
 				"paydb could not be read in time", nil))
 			return
 		}
-		lockapi.WriteJSON(w, http.StatusOK, lockapi.SubmissionList{Submissions: subs})
+		lockapi.WriteJSON(w, http.StatusOK, lockapi.SubmissionList{Submissions: subs, Next: next})
 	}
 }
 
-func parseListQuery(raw string) (string, []lockapi.FieldError) {
+type listQuery struct {
+	payoutID string
+	after    int64 // 0: from the first row
+}
+
+// parseListQuery binds the audit-trail query strictly: payoutId exactly once,
+// after at most once and a submissionId (a positive decimal integer without sign
+// or leading zero), nothing else.
+func parseListQuery(raw string) (listQuery, []lockapi.FieldError) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", []lockapi.FieldError{{Field: "query", Problem: "is not a well-formed query string"}}
+		return listQuery{}, []lockapi.FieldError{{Field: "query", Problem: "is not a well-formed query string"}}
 	}
-	var errs []lockapi.FieldError
+	var errs, unknown []lockapi.FieldError
 	names := make([]string, 0, len(q))
 	for k := range q {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if k != "payoutId" {
-			errs = append(errs, lockapi.FieldError{Field: k, Problem: "is not a known parameter"})
+		if k != "payoutId" && k != "after" {
+			unknown = append(unknown, lockapi.FieldError{Field: k, Problem: "is not a known parameter"})
 		}
 	}
-	vs := q["payoutId"]
-	switch {
+	var lq listQuery
+	switch vs := q["payoutId"]; {
 	case len(vs) == 0:
-		errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: "is required"}}, errs...)
+		errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: "is required"})
 	case len(vs) > 1:
-		errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: "must appear exactly once"}}, errs...)
+		errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: "must appear exactly once"})
 	default:
 		if err := lockapi.ValidateIdentifier(vs[0]); err != nil {
-			errs = append([]lockapi.FieldError{{Field: "payoutId", Problem: problemOf(err)}}, errs...)
+			errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: problemOf(err)})
 		}
+		lq.payoutID = vs[0]
 	}
+	switch vs := q["after"]; {
+	case len(vs) > 1:
+		errs = append(errs, lockapi.FieldError{Field: "after", Problem: "must appear at most once"})
+	case len(vs) == 1:
+		// A submissionId has the form of a token: the same strict parser.
+		v, err := lockapi.ParseToken(vs[0])
+		if err != nil {
+			errs = append(errs, lockapi.FieldError{Field: "after", Problem: problemOf(err)})
+		}
+		lq.after = v
+	}
+	errs = append(errs, unknown...)
 	if len(errs) > 0 {
-		return "", errs
+		return listQuery{}, errs
 	}
-	return vs[0], nil
+	return lq, nil
 }
 
 // problemOf is the short sentence of a lockapi validation error.

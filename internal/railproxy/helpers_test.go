@@ -35,6 +35,17 @@ type syncBuffer struct{ logcapture.Buffer }
 // events returns the decoded log lines whose event is name.
 func (b *syncBuffer) events(name string) []map[string]any { return b.Events(name) }
 
+// filter returns the decoded log lines keep accepts.
+func (b *syncBuffer) filter(keep func(map[string]any) bool) []map[string]any {
+	var out []map[string]any
+	for _, l := range b.Lines() {
+		if keep(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // stub is a real rail-stub served on a port-0 listener.
 type stub struct {
 	URL    string
@@ -172,6 +183,7 @@ type answer struct {
 	Status int
 	Body   map[string]any
 	Header http.Header
+	Err    error // trySubmit: the request itself failed (Status 0)
 }
 
 func (a answer) code() string { s, _ := a.Body["code"].(string); return s }
@@ -220,6 +232,22 @@ func submit(t testing.TB, baseURL string, token int64, p payout) answer {
 	h.Set(lockapi.HeaderOwnerID, "worker-1")
 	h.Set(lockapi.HeaderIdempotencyKey, p.PayoutID+":"+strconv.FormatInt(token, 10))
 	return post(t, baseURL, h, p.body())
+}
+
+// trySubmit is submit for a goroutine other than the test's: it never stops the
+// test (only the test's own goroutine may call t.Fatal); a failed request comes
+// back as an answer with Status 0 and Err set, for the test goroutine to judge.
+func trySubmit(baseURL string, token int64, p payout) answer {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	h.Set(lockapi.HeaderOwnerID, "worker-1")
+	h.Set(lockapi.HeaderIdempotencyKey, p.PayoutID+":"+strconv.FormatInt(token, 10))
+	a, err := tryPost(context.Background(), baseURL, h, p.body())
+	if err != nil {
+		return answer{Err: err}
+	}
+	return a
 }
 
 func post(t testing.TB, baseURL string, h http.Header, body []byte) answer {
@@ -318,25 +346,31 @@ type row struct {
 
 func rowsOf(t testing.TB, db dbq, payoutID string) []row {
 	t.Helper()
+	out, err := tryRowsOf(db, payoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tryRowsOf is rowsOf for a goroutine other than the test's.
+func tryRowsOf(db dbq, payoutID string) ([]row, error) {
 	rs, err := db.Query(context.Background(), `SELECT submission_id, payout_id, account_id, presented_token, outcome,
 	       rail_reference, decline_reason, submitted_at, resolved_at
 	  FROM rail_submission WHERE payout_id = $1 ORDER BY submission_id`, payoutID)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
 		var r row
 		if err := rs.Scan(&r.ID, &r.PayoutID, &r.AccountID, &r.Token, &r.Outcome, &r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out = append(out, r)
 	}
-	if err := rs.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, rs.Err()
 }
 
 func countRows(t testing.TB, db dbq) int {

@@ -56,8 +56,15 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
 
+	// The child's own bound goes into its intent's interrupt_at: short timeouts
+	// and the shortest RAIL_PROXY_INTERRUPTED_AFTER they allow.
+	child := testConfig(dbURL, hold.URL)
+	child.RailConnectTimeout = 100 * time.Millisecond
+	child.RailReadTimeout = 100 * time.Millisecond
+	child.InterruptedAfter = child.InFlightBound() + InterruptMargin
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error",
+		"RAIL_CONNECT_TIMEOUT=100ms", "RAIL_READ_TIMEOUT=100ms", "RAIL_PROXY_INTERRUPTED_AFTER="+child.InterruptedAfter.String())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -100,12 +107,10 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 		t.Fatalf("after the kill: %+v", rs)
 	}
 
-	// A surviving proxy with a short (but valid) interrupted-after bound.
+	// A surviving proxy with default settings: it judges the row by the
+	// interrupt_at the dead one gave it, not by its own 60 s.
 	rail := startStub(t, 0)
 	cfg := testConfig(dbURL, rail.URL)
-	cfg.RailConnectTimeout = 100 * time.Millisecond
-	cfg.RailReadTimeout = 100 * time.Millisecond
-	cfg.InterruptedAfter = cfg.InFlightBound() + 100*time.Millisecond
 	cfg.JanitorInterval = 100 * time.Millisecond
 	p := startProxy(t, cfg)
 	eventually(t, 20*time.Second, "the janitor to resolve the interrupted intent", func() bool {
@@ -116,8 +121,8 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	if outcomeOf(rs[0]) != "TIMEOUT" || rs[0].ResolvedAt == nil {
 		t.Fatalf("resolved to %+v", rs[0])
 	}
-	if age := rs[0].ResolvedAt.Sub(rs[0].SubmittedAt); age < cfg.InterruptedAfter {
-		t.Fatalf("resolved after %s, before RAIL_PROXY_INTERRUPTED_AFTER %s", age, cfg.InterruptedAfter)
+	if age := rs[0].ResolvedAt.Sub(rs[0].SubmittedAt); age < child.InterruptedAfter {
+		t.Fatalf("resolved after %s, before the dead proxy's RAIL_PROXY_INTERRUPTED_AFTER %s", age, child.InterruptedAfter)
 	}
 	ev := p.Logs.events("rail_ambiguous")
 	if len(ev) != 1 || ev[0]["cause"] != CauseInterrupted || ev[0]["payoutId"] != "p-killed" || ev[0]["level"] != "ERROR" {
@@ -244,7 +249,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	db := pgtest.Pool(t, dbURL)
 	p := startProxy(t, testConfig(dbURL, hold.URL))
 	done := make(chan answer, 1)
-	go func() { done <- submit(t, p.URL, 3, newPayout("p-drain", "acct-drain")) }()
+	go func() { done <- trySubmit(p.URL, 3, newPayout("p-drain", "acct-drain")) }()
 	hold.waitCalls(t, 1)
 	stopped := make(chan error, 1)
 	go func() { stopped <- p.Stop() }()
@@ -279,7 +284,8 @@ func TestConfig(t *testing.T) {
 	want := DefaultConfig()
 	if cfg.Addr != ":8083" || cfg.PaydbMaxConns != 20 || cfg.RailBaseURL != "http://127.0.0.1:8084" ||
 		cfg.RailConnectTimeout != time.Second || cfg.RailReadTimeout != 2*time.Second || !cfg.FencingEnabled ||
-		cfg.InterruptedAfter != 60*time.Second || cfg.LogLevel != "info" || cfg.Addr != want.Addr {
+		cfg.InterruptedAfter != 60*time.Second || cfg.LogLevel != "info" || cfg.Addr != want.Addr ||
+		cfg.RailIdleConnTimeout != 4*time.Second {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	cmd, cfg, err = ParseConfigTo([]string{"migrate", "--rail-read-timeout=3s"},
@@ -292,7 +298,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, v := range []string{"RAIL_PROXY_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_BASE_URL", "RAIL_CONNECT_TIMEOUT",
-		"RAIL_READ_TIMEOUT", "RAIL_PROXY_FENCING_ENABLED", "RAIL_PROXY_INTERRUPTED_AFTER", "LOG_LEVEL", "1m0s"} {
+		"RAIL_READ_TIMEOUT", "RAIL_PROXY_FENCING_ENABLED", "RAIL_PROXY_INTERRUPTED_AFTER", "RAIL_IDLE_CONN_TIMEOUT", "LOG_LEVEL", "1m0s", "4s"} {
 		if !strings.Contains(usage.String(), v) {
 			t.Errorf("usage lacks %s", v)
 		}
@@ -304,6 +310,11 @@ func TestConfig(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, nil, "unknown command"},
 		{nil, map[string]string{"RAIL_PROXY_INTERRUPTED_AFTER": "7s"}, "RAIL_PROXY_INTERRUPTED_AFTER"},
+		{nil, map[string]string{"RAIL_PROXY_INTERRUPTED_AFTER": "8s"}, "RAIL_PROXY_INTERRUPTED_AFTER"},
+		{nil, map[string]string{"RAIL_IDLE_CONN_TIMEOUT": "-1s"}, "RAIL_IDLE_CONN_TIMEOUT"},
+		{nil, map[string]string{"RAIL_IDLE_CONN_TIMEOUT": "later"}, "RAIL_IDLE_CONN_TIMEOUT"},
+		{nil, map[string]string{"PAYDB_URL": "postgres://u:pw@[::1"}, "PAYDB_URL"},
+		{nil, map[string]string{"PAYDB_URL": "host=x port=notaport"}, "PAYDB_URL"},
 		{nil, map[string]string{"RAIL_PROXY_INTERRUPTED_AFTER": "61s", "RAIL_READ_TIMEOUT": "57s"}, "RAIL_PROXY_INTERRUPTED_AFTER"},
 		{nil, map[string]string{"RAIL_CONNECT_TIMEOUT": "0s"}, "RAIL_CONNECT_TIMEOUT"},
 		{nil, map[string]string{"RAIL_READ_TIMEOUT": "-1s"}, "RAIL_READ_TIMEOUT"},
@@ -323,15 +334,22 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%v %v: exit %d, want 2", b.args, b.env, code)
 		}
 	}
-	// The exact boundary: equal to admission + connect + read + resolution is refused.
+	// The exact boundary (C3 "Interrupted intents"): at least 2 s above
+	// admission + connect + read + resolution.
 	c := DefaultConfig()
-	c.InterruptedAfter = c.InFlightBound()
-	if err := c.Validate(); err == nil {
-		t.Fatal("RAIL_PROXY_INTERRUPTED_AFTER equal to the in-flight bound was accepted")
+	for _, d := range []time.Duration{0, time.Nanosecond, time.Second, InterruptMargin - time.Nanosecond} {
+		c.InterruptedAfter = c.InFlightBound() + d
+		if err := c.Validate(); err == nil {
+			t.Errorf("RAIL_PROXY_INTERRUPTED_AFTER %s above the in-flight bound was accepted; the margin is %s", d, InterruptMargin)
+		}
 	}
-	c.InterruptedAfter += time.Millisecond
+	c.InterruptedAfter = c.InFlightBound() + InterruptMargin
 	if err := c.Validate(); err != nil {
-		t.Fatalf("just above the bound: %v", err)
+		t.Fatalf("exactly the margin above the bound: %v", err)
+	}
+	c.RailIdleConnTimeout = 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("RAIL_IDLE_CONN_TIMEOUT 0 (no reuse): %v", err)
 	}
 }
 
@@ -414,13 +432,18 @@ func TestJanitorInterval(t *testing.T) {
 		{60 * time.Second, 0, 10 * time.Second},
 		{40 * time.Second, 0, 10 * time.Second},
 		{20 * time.Second, 0, 5 * time.Second},
-		{4700 * time.Millisecond, 0, 1175 * time.Millisecond},
-		{4700 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
-		{4700 * time.Millisecond, 5 * time.Second, 1175 * time.Millisecond},
+		{6800 * time.Millisecond, 0, 1700 * time.Millisecond},
+		{6800 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+		{6800 * time.Millisecond, 5 * time.Second, 1700 * time.Millisecond},
 		{60 * time.Second, time.Minute, 10 * time.Second},
 	} {
 		cfg := DefaultConfig()
+		// Timeouts short enough that every bound above is one Validate accepts.
+		cfg.RailConnectTimeout, cfg.RailReadTimeout = 100*time.Millisecond, 500*time.Millisecond
 		cfg.InterruptedAfter, cfg.JanitorInterval = c.after, c.hook
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("InterruptedAfter %s, hook %s: %v", c.after, c.hook, err)
+		}
 		if got := cfg.janitorInterval(); got != c.want {
 			t.Errorf("InterruptedAfter %s, hook %s: interval %s, want %s", c.after, c.hook, got, c.want)
 		}
@@ -439,7 +462,7 @@ func TestJanitorCadenceFollowsInterruptedAfter(t *testing.T) {
 	cfg := testConfig(dbURL, rail.URL)
 	cfg.RailConnectTimeout = 100 * time.Millisecond
 	cfg.RailReadTimeout = 500 * time.Millisecond
-	cfg.InterruptedAfter = 4700 * time.Millisecond // interval 1.175 s
+	cfg.InterruptedAfter = 6800 * time.Millisecond // interval 1.7 s
 	p := startProxy(t, cfg)
 	// Inserted after the start-up sweep, so only the periodic one can find it.
 	if _, err := db.Exec(context.Background(),

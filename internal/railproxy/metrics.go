@@ -26,6 +26,10 @@ type metrics struct {
 	callSeconds       prometheus.Histogram
 	inflight          prometheus.Gauge
 	fencingEnabled    prometheus.Gauge
+
+	// Project additions beyond C4 (docs/contracts/observability.md).
+	lateResolutions    prometheus.Counter
+	reusedConnFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -60,8 +64,17 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 			Name: "rail_proxy_fencing_enabled",
 			Help: "1 when tokens not above the mark are refused; 0 when fencing is off (never in production).",
 		}),
+		lateResolutions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rail_resolution_late_total",
+			Help: "Resolving writes paydb did not take at once and that were written later, in the background, before the row's interrupt_at.",
+		}),
+		reusedConnFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rail_reused_conn_failure_total",
+			Help: "Rail calls that failed on a reused connection before any byte of reply (ambiguous; often a connection the rail closed as idle: see RAIL_IDLE_CONN_TIMEOUT).",
+		}),
 	}
-	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled)
+	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled,
+		m.lateResolutions, m.reusedConnFailures)
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {

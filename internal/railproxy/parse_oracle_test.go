@@ -3,16 +3,21 @@ package railproxy
 import (
 	"bytes"
 	"encoding/json"
+	"math/big"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"lock.dev/lockapi"
 )
 
-// oracleParse is lockapi.ParseObject + ParseSubmissionRequest as they were before
-// the single-pass parser (json.Valid, a trial decode, then tokens), kept as the
-// reference the new parser must agree with on every input.
+// oracleParse is a reference parse of a submission body that shares no code with
+// lockapi: the JSON grammar is encoding/json's (json.Valid, a trial decode, then
+// tokens), and the field rules are written out again in oracleFields. The
+// single-pass parser and its binder must agree with it on every input.
 func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 	var req lockapi.SubmissionRequest
 	fail := func(p string) (lockapi.SubmissionRequest, []lockapi.FieldError) {
@@ -55,23 +60,108 @@ func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 		members[k] = raw
 		order = append(order, k)
 	}
-	// Rebuild a canonical object without duplicates and bind it with the new
-	// code's binder, whose field rules did not change; what is compared is the
-	// parse: the verdict, the duplicates, the member values and their order.
-	var canon bytes.Buffer
-	canon.WriteByte('{')
-	for i, k := range order {
-		if i > 0 {
-			canon.WriteByte(',')
+	// The field rules, written here on their own (C3 #ct3-conventions), not by
+	// calling the binder under test: the oracle judges the members with
+	// encoding/json's values, regular expressions and big integers.
+	req, errs = oracleFields(members, order, errs)
+	return req, errs
+}
+
+var (
+	oracleIdentifier = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+	oracleCurrency   = regexp.MustCompile(`^[A-Z]{3}$`)
+	// Printable as Go's unicode.IsPrint has it: letters, marks, numbers,
+	// punctuation, symbols and the ASCII space.
+	oraclePrintable = regexp.MustCompile(`^[\p{L}\p{M}\p{N}\p{P}\p{S} ]*$`)
+	oracleMinAmount = big.NewInt(1)
+	oracleMaxAmount = new(big.Int).Exp(big.NewInt(10), big.NewInt(15), nil)
+)
+
+// oracleFields binds the five submission members: every fault, in the order
+// duplicates (already in errs), the five fields in their order, unknown members
+// in order of appearance.
+func oracleFields(members map[string]json.RawMessage, order []string, errs []lockapi.FieldError) (lockapi.SubmissionRequest, []lockapi.FieldError) {
+	var req lockapi.SubmissionRequest
+	fault := func(field, problem string) { errs = append(errs, lockapi.FieldError{Field: field, Problem: problem}) }
+	str := func(name string, check func(string) string) string {
+		raw, ok := members[name]
+		if !ok {
+			fault(name, "is required")
+			return ""
 		}
-		kb, _ := json.Marshal(k)
-		canon.Write(kb)
-		canon.WriteByte(':')
-		canon.Write(members[k])
+		var v any
+		_ = json.Unmarshal(raw, &v) // raw is one valid JSON value
+		switch x := v.(type) {
+		case nil:
+			fault(name, "must not be null")
+		case string:
+			if p := check(x); p != "" {
+				fault(name, p)
+				return ""
+			}
+			return x
+		default:
+			fault(name, "must be a string")
+		}
+		return ""
 	}
-	canon.WriteByte('}')
-	req, berrs := lockapi.ParseSubmissionRequest(canon.Bytes())
-	return req, append(errs, berrs...)
+	identifier := func(s string) string {
+		switch {
+		case len(s) < 1 || len(s) > 64:
+			return "must be 1–64 characters"
+		case !oracleIdentifier.MatchString(s):
+			return "must contain only A-Z a-z 0-9 . _ : -"
+		}
+		return ""
+	}
+	req.PayoutID = str("payoutId", identifier)
+	req.AccountID = str("accountId", identifier)
+	if raw, ok := members["amountMinor"]; !ok {
+		fault("amountMinor", "is required")
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		_ = dec.Decode(&v)
+		n, isNum := v.(json.Number)
+		amount, isInt := new(big.Int).SetString(string(n), 10)
+		switch {
+		case v == nil:
+			fault("amountMinor", "must not be null")
+		case !isNum || !isInt:
+			fault("amountMinor", "must be an integer")
+		case !amount.IsInt64():
+			fault("amountMinor", "is out of range")
+		case amount.Cmp(oracleMinAmount) < 0 || amount.Cmp(oracleMaxAmount) > 0:
+			fault("amountMinor", "must be between 1 and 1000000000000000")
+		default:
+			req.AmountMinor = amount.Int64()
+		}
+	}
+	req.Currency = str("currency", func(s string) string {
+		if !oracleCurrency.MatchString(s) {
+			return "must be three upper-case letters (ISO 4217)"
+		}
+		return ""
+	})
+	req.Beneficiary = str("beneficiary", func(s string) string {
+		switch n := utf8.RuneCountInString(s); {
+		case !utf8.ValidString(s):
+			return "must be valid UTF-8"
+		case n < 1 || n > 128:
+			return "must be 1–128 characters"
+		case !oraclePrintable.MatchString(s):
+			return "must contain only printable characters"
+		}
+		return ""
+	})
+	known := map[string]bool{"payoutId": true, "accountId": true, "amountMinor": true, "currency": true, "beneficiary": true}
+	for _, k := range order {
+		if !known[k] {
+			fault(k, "is not a known member")
+		}
+	}
+	return req, errs
 }
 
 func TestParseObjectAgreesWithOracle(t *testing.T) {
@@ -83,6 +173,15 @@ func TestParseObjectAgreesWithOracle(t *testing.T) {
 		`{"payoutId":"\ud83d\ude00","accountId":"\u00e9","amountMinor":1e2,"currency":"\"","beneficiary":"\\"}`,
 		`{}`, `[]`, `[1] x`, `1 2`, `"s"`, `{"a":1}{`, `{"a":1,}`, `{"a"}`, `{"a":01}`, `{"a":1.}`, `{"a":-}`,
 		`{"a":"\x"}`, "{\"a\":\"\x01\"}", "{\"a\":\"\xff\"}", "{\"\xff\":1}", `nul`, ``, `   `, `{"a":[1,]}`, `{"a":tru}`,
+		// At and just past every field rule's edges, so the rules are exercised,
+		// not only the grammar.
+		`{"payoutId":"` + strings.Repeat("p", 64) + `","accountId":"` + strings.Repeat("a", 65) + `","amountMinor":1000000000000000,"currency":"EUR","beneficiary":"` + strings.Repeat("é", 128) + `"}`,
+		`{"payoutId":"","accountId":"a b","amountMinor":1000000000000001,"currency":"EUr","beneficiary":"` + strings.Repeat("b", 129) + `"}`,
+		`{"payoutId":"p","accountId":"a","amountMinor":0,"currency":"EURO","beneficiary":"x\u0007"}`,
+		`{"payoutId":"p","accountId":"a","amountMinor":9223372036854775808,"currency":"E1R","beneficiary":""}`,
+		`{"payoutId":"p","accountId":"a","amountMinor":-9223372036854775809,"currency":"eur","beneficiary":" \u00a0"}`,
+		`{"payoutId":"p","accountId":"a","amountMinor":"1","currency":1,"beneficiary":null,"x":1,"y":2}`,
+		`{"payoutId":"p:.-_Z9","accountId":"é","amountMinor":1,"currency":"EUR","beneficiary":"\ud800"}`,
 	}
 	for _, s := range seeds {
 		compareParse(t, []byte(s))

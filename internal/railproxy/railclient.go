@@ -36,14 +36,23 @@ const (
 	CauseInterrupted       = "interrupted"
 )
 
+// DeclineUnspecified is the decline_reason recorded when the rail declined
+// without saying why.
+const DeclineUnspecified = "unspecified"
+
 // RailCall is the record of one call.
 type RailCall struct {
 	Result        RailResult
 	RailReference string  // RailAccepted
-	DeclineReason *string // RailDeclined; nil when the rail gave none
+	DeclineReason *string // RailDeclined; DeclineUnspecified when the rail gave none
 	Cause         string  // RailAmbiguous
 	Err           error   // RailUnsent, RailAmbiguous: what happened
 	Elapsed       time.Duration
+	// StaleConn: the call failed on a reused (pooled) connection before a single
+	// byte of reply arrived — most often a connection the rail had just closed as
+	// idle. It is still ambiguous (the rail may have read the request); it is
+	// counted so an operator can see it and tune RAIL_IDLE_CONN_TIMEOUT.
+	StaleConn bool
 }
 
 // railPayment is the rail's request body (C3 #ct3-railstub): reference = payoutId.
@@ -84,6 +93,12 @@ var (
 // that, keep-alive connections are safe to reuse, and reusing them spares a TCP
 // handshake per payment. Redirects are not followed (a 307/308 would resend the
 // body) and no environment proxy is used (it could retry on its own).
+//
+// Reuse has one cost no client can remove: a pooled connection the rail closes
+// just as a request is written turns a payment the rail never read into an
+// ambiguous one (TIMEOUT). Idle connections are therefore dropped after
+// RAIL_IDLE_CONN_TIMEOUT, chosen below the rail's own idle timeout, and 0 turns
+// reuse off altogether.
 type railClient struct {
 	paymentsURL    string
 	healthURL      string
@@ -93,32 +108,39 @@ type railClient struct {
 	readTimeout    time.Duration
 }
 
-func newRailClient(baseURL string, connectTimeout, readTimeout time.Duration) *railClient {
-	base := strings.TrimSuffix(baseURL, "/")
+// newRailClient builds the client from rail-proxy's settings: RAIL_BASE_URL, the
+// connect and read bounds, RAIL_IDLE_CONN_TIMEOUT, and the RailDial test hook.
+func newRailClient(cfg Config) *railClient {
+	base := strings.TrimSuffix(cfg.RailBaseURL, "/")
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &railClient{
-		paymentsURL:    base + "/rail/v1/payments",
-		healthURL:      base + "/rail/v1/health",
-		http:           &http.Client{Transport: newRailTransport(connectTimeout, 256), CheckRedirect: noRedirect},
-		health:         &http.Client{Transport: newRailTransport(HealthTimeout, 2), CheckRedirect: noRedirect, Timeout: HealthTimeout},
-		connectTimeout: connectTimeout,
-		readTimeout:    readTimeout,
+		paymentsURL: base + "/rail/v1/payments",
+		healthURL:   base + "/rail/v1/health",
+		http: &http.Client{Transport: newRailTransport(cfg.RailConnectTimeout, cfg.RailIdleConnTimeout, 256, cfg.RailDial),
+			CheckRedirect: noRedirect},
+		health: &http.Client{Transport: newRailTransport(HealthTimeout, cfg.RailIdleConnTimeout, 2, cfg.RailDial),
+			CheckRedirect: noRedirect, Timeout: HealthTimeout},
+		connectTimeout: cfg.RailConnectTimeout,
+		readTimeout:    cfg.RailReadTimeout,
 	}
 }
 
-func newRailTransport(connectTimeout time.Duration, idle int) *http.Transport {
-	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
 	return &http.Transport{
 		Proxy:               nil,
-		DialContext:         d.DialContext,
+		DialContext:         dial,
 		TLSHandshakeTimeout: connectTimeout, // part of obtaining the connection
 		MaxIdleConns:        idle,
 		MaxIdleConnsPerHost: idle,
-		// Below a typical server idle timeout (Go's servers here: 60 s), so a
-		// pooled connection is rarely one the rail is about to close. A request
-		// written into such a closing connection is ambiguous (TIMEOUT), never
-		// resent; closing idle connections early makes that rare.
-		IdleConnTimeout:    30 * time.Second,
+		// RAIL_IDLE_CONN_TIMEOUT, below the rail's own idle timeout, so a pooled
+		// connection is rarely one the rail is about to close (a request written
+		// into such a connection is ambiguous, never resent). Zero: no reuse.
+		IdleConnTimeout:    idleTimeout,
+		DisableKeepAlives:  idleTimeout == 0,
 		DisableCompression: true,
 		ForceAttemptHTTP2:  false,
 		// HTTP/1.1 only: one request per connection at a time, and the retry
@@ -179,13 +201,19 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 	// stalls). Phase two starts when the request has been written: the whole reply
 	// must be read within the read timeout.
 	var (
-		gotConn atomic.Bool
-		mu      sync.Mutex
-		readT   *time.Timer
+		gotConn   atomic.Bool
+		reused    atomic.Bool
+		replyByte atomic.Bool
+		mu        sync.Mutex
+		readT     *time.Timer
 	)
 	connectT := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectBound) })
 	trace := &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			reused.Store(info.Reused)
+			gotConn.Store(true)
+		},
+		GotFirstResponseByte: func() { replyByte.Store(true) },
 		WroteRequest: func(httptrace.WroteRequestInfo) {
 			connectT.Stop()
 			mu.Lock()
@@ -213,7 +241,8 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 		if ce := context.Cause(ctx); errors.Is(ce, errReadTimeout) || errors.Is(ce, errConnectBound) {
 			cause, err = CauseTimeout, fmt.Errorf("%w (%v)", ce, err)
 		}
-		return done(RailCall{Result: RailAmbiguous, Cause: cause, Err: err})
+		return done(RailCall{Result: RailAmbiguous, Cause: cause, Err: err,
+			StaleConn: reused.Load() && !replyByte.Load()})
 	}
 
 	req, err := c.newRailRequest(httptrace.WithClientTrace(ctx, trace), p)
@@ -247,7 +276,13 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 	case resp.StatusCode == http.StatusOK && r.Status == "ACCEPTED" && r.RailReference != "":
 		return done(RailCall{Result: RailAccepted, RailReference: r.RailReference})
 	case resp.StatusCode == http.StatusUnprocessableEntity && r.Status == "DECLINED":
-		return done(RailCall{Result: RailDeclined, DeclineReason: r.Reason})
+		// A decline is a decline with or without its reason; the row records
+		// that none was given rather than a NULL that reads like a lost one.
+		reason := DeclineUnspecified
+		if r.Reason != nil && *r.Reason != "" {
+			reason = *r.Reason
+		}
+		return done(RailCall{Result: RailDeclined, DeclineReason: &reason})
 	case resp.StatusCode == http.StatusOK:
 		return bad("not a well-formed accept")
 	case resp.StatusCode == http.StatusUnprocessableEntity:

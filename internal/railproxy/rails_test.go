@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type holdingRail struct {
 	released chan struct{}
 	relOnce  sync.Once
 	onCall   func(ref string) // optional, runs when a call arrives, before holding
+	// reply, when set before the first call, answers instead of accepting.
+	reply func(w http.ResponseWriter, ref string)
 }
 
 func newHoldingRail(t testing.TB) *holdingRail {
@@ -45,13 +48,17 @@ func newHoldingRail(t testing.TB) *holdingRail {
 		h.refs = append(h.refs, p.Reference)
 		h.headers = append(h.headers, r.Header.Clone())
 		h.methods = append(h.methods, r.Method)
-		on := h.onCall
+		on, reply := h.onCall, h.reply
 		h.mu.Unlock()
 		if on != nil {
 			on(p.Reference)
 		}
 		<-h.released
 		w.Header().Set("Content-Type", "application/json")
+		if reply != nil {
+			reply(w, p.Reference)
+			return
+		}
 		fmt.Fprintf(w, `{"status":"ACCEPTED","railReference":"RS-%s"}`, p.Reference)
 	})
 	srv := httptest.NewServer(mux)
@@ -98,13 +105,16 @@ func TestIntentCommittedBeforeRailReceivesCall(t *testing.T) {
 	rail.release() // answer at once; the check runs in onCall
 	var mu sync.Mutex
 	seen := map[string]string{}
-	rail.onCall = func(ref string) {
-		rs := rowsOf(t, db, ref)
+	rail.onCall = func(ref string) { // on the rail's goroutine: no t.Fatal here
+		rs, err := tryRowsOf(db, ref)
 		mu.Lock()
 		defer mu.Unlock()
-		if len(rs) == 1 {
+		switch {
+		case err != nil:
+			seen[ref] = "unreadable: " + err.Error()
+		case len(rs) == 1:
 			seen[ref] = outcomeOf(rs[0])
-		} else {
+		default:
 			seen[ref] = fmt.Sprintf("%d rows", len(rs))
 		}
 	}
@@ -113,7 +123,7 @@ func TestIntentCommittedBeforeRailReceivesCall(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if a := submit(t, p.URL, int64(i+1), newPayout(fmt.Sprintf("p-ibs-%d", i), fmt.Sprintf("acct-ibs-%d", i))); a.Status != http.StatusOK {
+			if a := trySubmit(p.URL, int64(i+1), newPayout(fmt.Sprintf("p-ibs-%d", i), fmt.Sprintf("acct-ibs-%d", i))); a.Status != http.StatusOK {
 				t.Errorf("submission %d: %+v", i, a)
 			}
 		})
@@ -252,6 +262,10 @@ func TestKeptAliveConnectionClosedIsNeverReplayed(t *testing.T) {
 		if ev := p.Logs.events("rail_ambiguous"); len(ev) != 1 || ev[0]["cause"] != CauseConnectionDropped {
 			t.Fatalf("rail_ambiguous: %v", ev)
 		}
+		// A failure on a reused connection before any byte of reply is counted.
+		if v := metric(t, p, "rail_reused_conn_failure_total"); v != 1 {
+			t.Fatalf("rail_reused_conn_failure_total = %v, want 1", v)
+		}
 	})
 }
 
@@ -259,7 +273,7 @@ func TestKeptAliveConnectionClosedIsNeverReplayed(t *testing.T) {
 // whatever the caller sent the proxy.
 func TestRailRequestIsNotReplayable(t *testing.T) {
 	t.Parallel()
-	c := newRailClient("http://127.0.0.1:1", time.Second, time.Second)
+	c := newRailClient(Config{RailBaseURL: "http://127.0.0.1:1", RailConnectTimeout: time.Second, RailReadTimeout: time.Second})
 	req, err := c.newRailRequest(context.Background(), railPayment{Reference: "p", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
 	if err != nil {
 		t.Fatal(err)
@@ -385,58 +399,45 @@ func TestRailNotListeningIsUnsent(t *testing.T) {
 	}
 }
 
-// blackholeListener is a socket listening with a backlog of one that never
-// accepts: once the backlog is full the kernel drops further SYNs, so a dial
-// neither succeeds nor fails — it hangs until the dialer's own timeout.
-func blackholeListener(t testing.TB) string {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-	// Fill the backlog.
-	for i := 0; i < 4; i++ {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			break
-		}
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	return addr
-}
-
 // A rail that never completes the TCP handshake: the connect bound
-// (RAIL_CONNECT_TIMEOUT, through the dialer) ends the call, GotConn never fired,
-// so the row is UNSENT and the answer 503 stage dial.
+// (RAIL_CONNECT_TIMEOUT) ends the call, GotConn never fired, so the row is UNSENT
+// and the answer 503 stage dial. The hanging dial is the RailDial hook — a dial
+// that returns only when its context is done — so the test does not depend on how
+// a kernel treats a full listen backlog, and always runs.
 func TestConnectTimeoutIsUnsent(t *testing.T) {
 	t.Parallel()
-	addr := blackholeListener(t)
-	// The probe: a plain dial must hang, or this test proves nothing.
-	if c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); err == nil {
-		c.Close()
-		t.Skip("the kernel completed a handshake on a full backlog; cannot make a hanging dial here")
-	}
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
-	cfg := testConfig(dbURL, "http://"+addr)
+	cfg := testConfig(dbURL, "http://rail.invalid:8084")
 	cfg.RailConnectTimeout = 300 * time.Millisecond
+	var dials atomic.Int32
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	cfg.RailDial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		dials.Add(1)
+		// Go's transport lets a dial outlive the request that started it, so
+		// this one also ends with the test.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stop:
+			return nil, errors.New("test over")
+		}
+	}
 	p := startProxy(t, cfg)
+	start := time.Now()
 	a := submit(t, p.URL, 1, newPayout("p-hang", "acct-hang"))
+	elapsed := time.Since(start)
 	if a.Status != http.StatusServiceUnavailable || a.str("stage") != "dial" {
 		t.Fatalf("answer: %+v", a)
 	}
 	if rs := rowsOf(t, db, "p-hang"); len(rs) != 1 || outcomeOf(rs[0]) != "UNSENT" {
 		t.Fatalf("rows: %+v", rs)
+	}
+	if elapsed < cfg.RailConnectTimeout || dials.Load() == 0 {
+		t.Fatalf("answered after %s (connect bound %s), %d dials: the dial did not hang", elapsed, cfg.RailConnectTimeout, dials.Load())
+	}
+	if ev := p.Logs.events("rail_unavailable"); len(ev) != 1 || ev[0]["stage"] != "dial" {
+		t.Fatalf("rail_unavailable: %v", ev)
 	}
 }

@@ -67,9 +67,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	reg := serve.NewRegistry()
 	m := newMetrics(reg, cfg.FencingEnabled)
-	rail := newRailClient(cfg.RailBaseURL, cfg.RailConnectTimeout, cfg.RailReadTimeout)
+	rail := newRailClient(cfg)
 	defer rail.close()
-	a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled}
+	a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled,
+		interruptAfter: cfg.InterruptedAfter}
 
 	// Rows left unresolved by a proxy that died are resolved at start-up, then
 	// swept again every interval.
@@ -95,12 +96,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "railBaseURL", redactURL(cfg.RailBaseURL),
 		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
-		"interruptedAfter", cfg.InterruptedAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)
+		"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
+		"paydbMaxConns", cfg.PaydbMaxConns)
 	err = serve.Serve(ctx, ln, serve.Handler(mux, logger), health, logger)
 	// A submission whose connection outlived the drain grace is still carried to
-	// its answer and its row resolved before the pool closes; each of its steps is
-	// bounded, so this wait is too.
-	if !a.wait(cfg.InFlightBound() + time.Second) {
+	// its answer and its row resolved before the pool closes, and a resolving
+	// write paydb did not take is still tried until shortly before its row's
+	// interrupt_at: a stopping proxy does not abandon an outcome it knows. Each is
+	// bounded, by the in-flight bound or by RAIL_PROXY_INTERRUPTED_AFTER, so this
+	// wait is too.
+	if n := a.late.Load(); n > 0 {
+		logger.Warn("waiting for resolving writes paydb has not taken yet before exiting", "pending", n,
+			"atMost", cfg.InterruptedAfter.String())
+	}
+	if !a.wait(cfg.InterruptedAfter + time.Second) {
 		logger.Error("submissions still in flight at exit; their rows are left to the janitor")
 	}
 	return err

@@ -81,6 +81,17 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
+// checkDatabaseURL reports whether url (the libpq PG* environment when empty) is a
+// connection string a pool can be built from: a bad one is a configuration error,
+// caught before anything is opened. The error never quotes url, which may carry a
+// password.
+func checkDatabaseURL(url string) error {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return errors.New("cannot be parsed as a PostgreSQL connection string")
+	}
+	return nil
+}
+
 // OpenStore opens the paydb pool. It does not wait for the server.
 func OpenStore(ctx context.Context, url string, maxConns int) (*Store, error) {
 	pool, err := dbconn.Open(ctx, url, int32(maxConns))
@@ -137,7 +148,11 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 // before the upsert locked the mark row, so admissions of one account were no
 // longer serialised by it. A count compared with a CASE on the flag is evaluated
 // (the fence run to completion, its row lock taken) before the first intent row
-// is formed, in both modes (TestFenceRunsBeforeIntentInBothModes).
+// is formed, in both modes (TestFenceRunsBeforeIntentInBothModes). $10 is this
+// replica's RAIL_PROXY_INTERRUPTED_AFTER in milliseconds: the intent carries its
+// own interrupt_at, judged by paydb's clock like submitted_at, so the janitor of
+// any replica leaves it alone for as long as the replica that admitted it may
+// still be carrying it (C1). FENCED and DUPLICATE rows are not intents: NULL.
 const admitSQL = `
 WITH fence AS (
     INSERT INTO rail_high_water (account_id, highest_token, updated_at)
@@ -149,8 +164,9 @@ WITH fence AS (
     RETURNING highest_token
 ), intent AS (
     INSERT INTO rail_submission
-           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary)
-    SELECT $3, $1, $2, $4, $5, $6, $7, $8
+           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
+            interrupt_at)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond'
      WHERE (SELECT count(*) FROM fence) >= CASE WHEN $9::boolean THEN 1 ELSE 0 END
     ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
     RETURNING submission_id, submitted_at
@@ -195,9 +211,10 @@ SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
 // submission_id is known, so a commit whose answer is lost still names the row
 // that may exist.
 //
-// ctx bounds everything, waiting for a pool connection included. Errors are
-// *CommitError.
-func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool) (Admission, error) {
+// ctx bounds everything, waiting for a pool connection included. interruptAfter
+// is this replica's RAIL_PROXY_INTERRUPTED_AFTER, from which the intent's
+// interrupt_at is set. Errors are *CommitError.
+func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interruptAfter time.Duration) (Admission, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)}
@@ -215,7 +232,7 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool) (Admiss
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(admitSQL, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
-		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing)
+		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds())
 	br := conn.SendBatch(ctx, b)
 	var (
 		a       Admission
@@ -330,21 +347,29 @@ func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	return a, nil
 }
 
-// listSQL is the audit trail of one payout. payout_id has no index of its own
-// besides the partial unique one (C1 pins the indexes), so this is a scan of
-// rail_submission; it is a rarely used reconciliation read.
+// MaxListPage is the most rows one audit-trail answer carries (C3 "Reading the
+// audit trail"); the rest is reached by paging with after.
+const MaxListPage = 100
+
+// listSQL is one page of a payout's audit trail, oldest first. It reads
+// rail_submission_payout_idx (payout_id, submission_id) as one range and stops
+// one row past the page, which says whether there is a next page: the cost is the
+// page's, whatever the size of the table.
 const listSQL = `
 SELECT submission_id, payout_id, account_id, presented_token, owner_id, outcome,
        rail_reference, decline_reason, submitted_at, resolved_at
   FROM rail_submission
- WHERE payout_id = $1
- ORDER BY submitted_at, submission_id`
+ WHERE payout_id = $1 AND submission_id > $2
+ ORDER BY submission_id
+ LIMIT $3`
 
-// List returns every row of a payout, oldest first.
-func (s *Store) List(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
-	rows, err := s.pool.Query(ctx, listSQL, payoutID)
+// List returns at most limit rows of a payout whose submission_id is above after,
+// oldest first, and the submission_id to pass as after for the next page (nil when
+// there is none).
+func (s *Store) List(ctx context.Context, payoutID string, after int64, limit int) ([]lockapi.Submission, *int64, error) {
+	rows, err := s.pool.Query(ctx, listSQL, payoutID, after, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("listing submissions: %w", err)
+		return nil, nil, fmt.Errorf("listing submissions: %w", err)
 	}
 	out := []lockapi.Submission{}
 	for rows.Next() {
@@ -352,16 +377,21 @@ func (s *Store) List(ctx context.Context, payoutID string) ([]lockapi.Submission
 		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.PresentedToken, &r.OwnerID, &r.Outcome,
 			&r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("listing submissions: %w", err)
+			return nil, nil, fmt.Errorf("listing submissions: %w", err)
 		}
 		r.SubmittedAt = lockapi.UTC(r.SubmittedAt)
 		r.ResolvedAt = lockapi.UTCPtr(r.ResolvedAt)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing submissions: %w", err)
+		return nil, nil, fmt.Errorf("listing submissions: %w", err)
 	}
-	return out, nil
+	if len(out) <= limit {
+		return out, nil, nil
+	}
+	out = out[:limit]
+	next := out[limit-1].SubmissionID
+	return out, &next, nil
 }
 
 // Interrupted is an intent the janitor resolved to TIMEOUT.
@@ -375,26 +405,29 @@ type Interrupted struct {
 	ResolvedAt     time.Time
 }
 
-// interruptedSQL resolves intents older than the bound to TIMEOUT. Age is judged
-// by the database clock, so every proxy replica agrees on it. SKIP LOCKED passes
-// over a row a live proxy is resolving this very moment, and the outer
-// `outcome IS NULL` keeps the update conditional: a row is resolved once, by
-// whoever gets there first.
+// interruptedSQL resolves interrupted intents to TIMEOUT: rows past their own
+// interrupt_at, set at admission by the replica that admitted them, or — rows
+// admitted before that column existed — older than this replica's bound ($1).
+// Time is the database clock's, so every replica agrees on it. The candidates come
+// from rail_submission_unresolved_idx (outcome IS NULL: the rows in flight, a
+// handful), oldest first. SKIP LOCKED passes over a row a live proxy is resolving
+// this very moment, and the outer `outcome IS NULL` keeps the update conditional:
+// a row is resolved once, by whoever gets there first.
 const interruptedSQL = `
 UPDATE rail_submission
    SET outcome = 'TIMEOUT', resolved_at = clock_timestamp()
  WHERE submission_id IN (
         SELECT submission_id FROM rail_submission
          WHERE outcome IS NULL
-           AND submitted_at < clock_timestamp() - $1 * interval '1 millisecond'
+           AND coalesce(interrupt_at, submitted_at + $1 * interval '1 millisecond') < clock_timestamp()
          ORDER BY submitted_at
          LIMIT $2
            FOR UPDATE SKIP LOCKED)
    AND outcome IS NULL
 RETURNING submission_id, payout_id, account_id, presented_token, owner_id, submitted_at, resolved_at`
 
-// ResolveInterrupted resolves at most limit intents older than age to TIMEOUT and
-// returns them.
+// ResolveInterrupted resolves at most limit interrupted intents to TIMEOUT — past
+// their interrupt_at, or older than age when they have none — and returns them.
 func (s *Store) ResolveInterrupted(ctx context.Context, age time.Duration, limit int) ([]Interrupted, error) {
 	rows, err := s.pool.Query(ctx, interruptedSQL, age.Milliseconds(), limit)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +121,64 @@ func TestHandlerLogsMalformedRequests(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"field":"beneficiary"`) || strings.Contains(logs.String(), "SECRET-IBAN") {
 		t.Fatalf("log must name the field and not the value: %s", logs.String())
+	}
+}
+
+// Redact hides passwords, and only passwords, in text bound for a log.
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`rail health: Get "https://rail-user:s3cr3t@rail.example:443/rail/v1/health": EOF`: `rail health: Get "https://rail-user:xxxxx@rail.example:443/rail/v1/health": EOF`,
+		"postgres://app:pa%40ss@db:5432/paydb?sslmode=require":                             "postgres://app:xxxxx@db:5432/paydb?sslmode=require",
+		"host=db user=app password=s3cr3t dbname=paydb":                                    "host=db user=app password=xxxxx dbname=paydb",
+		"host=db password='s3 cr\\'et' dbname=paydb":                                       "host=db password=xxxxx dbname=paydb",
+		"failed to connect to `user=app database=paydb`: 10.0.0.7:5432: dial error":        "failed to connect to `user=app database=paydb`: 10.0.0.7:5432: dial error",
+		"http://rail.example:8084/rail/v1/health":                                          "http://rail.example:8084/rail/v1/health",
+		"http://only-user@rail.example/":                                                   "http://only-user@rail.example/",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Issue 8, item 5: readiness says DOWN without the check's error (it names hosts,
+// users, databases); the reason goes to the log, redacted, once per change.
+func TestReadinessDetailsGoToTheLog(t *testing.T) {
+	t.Parallel()
+	var logs logcapture.Buffer
+	logger, err := NewLogger(&logs, "test", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHealth()
+	h.SetLogger(logger)
+	var fail atomic.Bool
+	fail.Store(true)
+	h.Add("db", func(context.Context) error {
+		if fail.Load() {
+			return errors.New("failed to connect to `user=app database=paydb`: postgres://app:s3cr3t@10.0.0.7:5432/paydb: refused")
+		}
+		return nil
+	})
+	for range 3 {
+		up, comps := h.Ready(context.Background())
+		if up || comps["db"].Status != "DOWN" || comps["db"].Detail != downDetail {
+			t.Fatalf("readiness: %v %+v", up, comps)
+		}
+	}
+	down := logs.Events("readiness_down")
+	if len(down) != 1 || down[0]["component"] != "db" {
+		t.Fatalf("readiness_down: %v", down)
+	}
+	if e, _ := down[0]["error"].(string); !strings.Contains(e, "10.0.0.7") || strings.Contains(e, "s3cr3t") {
+		t.Fatalf("logged reason %q: want the details, without the password", e)
+	}
+	fail.Store(false)
+	if up, comps := h.Ready(context.Background()); !up || comps["db"].Detail != "ok" {
+		t.Fatalf("readiness after recovery: %v %+v", up, comps)
+	}
+	if ev := logs.Events("readiness_up"); len(ev) != 1 {
+		t.Fatalf("readiness_up: %v", ev)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,16 +44,58 @@ func NewRegistry() *prometheus.Registry {
 type Check func(ctx context.Context) error
 
 // Health serves liveness and readiness (C4 #ct4-health).
+//
+// A component's detail in the answer says only UP or DOWN: readiness is served to
+// anyone who can reach the port, and a check's error names hosts, users and
+// databases. Why a component is DOWN goes to the service's log instead, redacted,
+// once per change.
 type Health struct {
 	mu       sync.Mutex
 	names    []string
 	checks   map[string]Check
 	draining atomic.Bool
 	timeout  time.Duration
+
+	logger *slog.Logger      // set by Serve; nil logs nothing
+	last   map[string]string // per component, the last reason logged ("" while UP)
 }
 
 // NewHealth returns a Health with no components.
-func NewHealth() *Health { return &Health{checks: map[string]Check{}, timeout: 2 * time.Second} }
+func NewHealth() *Health {
+	return &Health{checks: map[string]Check{}, timeout: 2 * time.Second, last: map[string]string{}}
+}
+
+// downDetail is a DOWN component's detail in the answer.
+const downDetail = "check failed; the reason is in the service's log"
+
+// SetLogger sets where a component's changes of state are logged (Serve sets the
+// service's logger when none was set).
+func (h *Health) SetLogger(l *slog.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.logger = l
+}
+
+// note logs a component's reason for being DOWN, or its return to UP, when it
+// differs from the last one logged: a probe every few seconds does not repeat it.
+func (h *Health) note(name string, err error) {
+	reason := ""
+	if err != nil {
+		reason = Redact(err.Error())
+	}
+	h.mu.Lock()
+	prev, seen := h.last[name]
+	h.last[name] = reason
+	logger := h.logger
+	h.mu.Unlock()
+	switch {
+	case logger == nil || (seen && prev == reason) || (!seen && reason == ""):
+	case reason != "":
+		logger.Warn("readiness component DOWN", "event", "readiness_down", "component", name, "error", reason)
+	default:
+		logger.Info("readiness component UP again", "event", "readiness_up", "component", name)
+	}
+}
 
 // Add adds a readiness component.
 func (h *Health) Add(name string, c Check) {
@@ -90,9 +133,11 @@ func (h *Health) Ready(ctx context.Context) (bool, map[string]component) {
 		go func() {
 			defer wg.Done()
 			c := component{Status: "UP", Detail: "ok"}
-			if err := h.checks[n](ctx); err != nil {
-				c = component{Status: "DOWN", Detail: err.Error()}
+			err := h.checks[n](ctx)
+			if err != nil {
+				c = component{Status: "DOWN", Detail: downDetail}
 			}
+			h.note(n, err)
 			mu.Lock()
 			out[n] = c
 			mu.Unlock()
@@ -260,6 +305,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	health.mu.Lock()
+	if health.logger == nil {
+		health.logger = logger
+	}
+	health.mu.Unlock()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String())
@@ -298,4 +348,19 @@ func ExitCode(err error, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return 1
 	}
+}
+
+// userinfoPassword is the password of a URL's userinfo (scheme://user:password@);
+// keyValuePassword a libpq key=value password.
+var (
+	userinfoPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*):[^/?#@\s]*@`)
+	keyValuePassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+)
+
+// Redact hides passwords in text bound for a log: the password of any URL's
+// userinfo and any password=… of a libpq connection string. Everything else —
+// host, user, database — stays: an operator needs it and it is no secret.
+func Redact(text string) string {
+	text = userinfoPassword.ReplaceAllString(text, "${1}:xxxxx@")
+	return keyValuePassword.ReplaceAllString(text, "${1}xxxxx")
 }
