@@ -22,6 +22,12 @@ var ErrSchemaBehind = errors.New("database schema is behind")
 
 // Open builds a pool for url (libpq PG* environment when empty) with maxConns
 // connections. It does not wait for the server: readiness reports that.
+//
+// url may name several hosts (host1:port1,host2:port2); every connection the
+// pool makes goes to a server that accepts writes, whatever the URL's
+// target_session_attrs says (primary.go), so the pool follows the primary across
+// a failover. Every connection also watches for the cancelled synchronous
+// replication warning that Commit and ExecCommit report (durable.go).
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -32,10 +38,13 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.OnNotice = onNotice
+	r := followPrimary(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
+	r.pool.Store(pool)
 	return pool, nil
 }
 
