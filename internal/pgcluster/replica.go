@@ -267,6 +267,49 @@ func (p *Pair) WaitReplayed(ctx context.Context) error {
 	})
 }
 
+// WaitSyncRep waits until a backend of the primary waits for the synchronous
+// standby (pg_stat_activity.wait_event SyncRep: a COMMIT held by HoldStandby) and
+// returns its pid.
+func (p *Pair) WaitSyncRep(ctx context.Context) (int, error) {
+	var pid int
+	err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		var pids []int
+		err := queryRow(ctx, p.Primary().URL("postgres"),
+			"SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE wait_event = 'SyncRep'", nil, &pids)
+		if err != nil || len(pids) == 0 {
+			return false, err
+		}
+		if len(pids) > 1 {
+			return false, fmt.Errorf("pgcluster: %d backends wait for the standby, want one", len(pids))
+		}
+		pid = pids[0]
+		return true, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: no backend waits for the synchronous standby: %w", err)
+	}
+	return pid, nil
+}
+
+// CancelBackend cancels what backend pid of the primary is doing
+// (pg_cancel_backend), or ends its session (pg_terminate_backend) when terminate
+// is set. For a COMMIT waiting for the synchronous standby, PostgreSQL then
+// reports the commit with a WARNING instead of waiting.
+func (p *Pair) CancelBackend(ctx context.Context, pid int, terminate bool) error {
+	fn := "pg_cancel_backend"
+	if terminate {
+		fn = "pg_terminate_backend"
+	}
+	var ok bool
+	if err := queryRow(ctx, p.Primary().URL("postgres"), "SELECT "+fn+"($1)", []any{pid}, &ok); err != nil {
+		return fmt.Errorf("pgcluster: %s(%d): %w", fn, pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("pgcluster: %s(%d): no such backend", fn, pid)
+	}
+	return nil
+}
+
 // Stop stops both servers and removes their files.
 func (p *Pair) Stop() error {
 	p.mu.Lock()
@@ -307,7 +350,7 @@ func poll(ctx context.Context, bound time.Duration, check func(context.Context) 
 		if done && err == nil {
 			return nil
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil { // not the bound itself cutting a check short
 			last = err
 		}
 		select {
