@@ -328,3 +328,58 @@ func TestBeginRaisesSynchronousCommit(t *testing.T) {
 		t.Fatalf("commit after the standby was released: %v", err)
 	}
 }
+
+// PostgreSQL disarms statement_timeout before it commits: a COMMIT waiting for
+// the held standby outlives a transaction-local statement_timeout (payment-
+// resource sets one on every transaction) many times over, still waiting. Were it
+// not so, the timeout would cancel the wait and the COMMIT would report success
+// with only a warning.
+func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '100', true)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('waits')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(ctx) }()
+	pid := syncRepPid(t, pool)
+	// Wait, by the server's clock, until the COMMIT has waited ten times its
+	// statement_timeout; it never gets there if the timeout cancelled it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var long bool
+		err := pool.QueryRow(ctx, `SELECT coalesce(wait_event = 'SyncRep' AND clock_timestamp() - query_start > interval '1 second', false)
+			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&long)
+		if err != nil {
+			t.Fatalf("backend %d: %v", pid, err)
+		}
+		if long {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("COMMIT came back (%v) before it had waited ten times its statement_timeout", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the COMMIT stopped waiting for the standby")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.ReleaseStandby()
+	if err := <-done; err != nil {
+		t.Fatalf("COMMIT after the standby was released: %v", err)
+	}
+}
