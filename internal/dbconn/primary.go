@@ -54,34 +54,47 @@ type resetter struct {
 	generation atomic.Int64 // bumped by each reset; connections remember theirs
 }
 
-func (r *resetter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
+// openAtStart records, in the statement's context, whether its connection was
+// open when it began: a statement on a connection an earlier failure had closed
+// fails with "conn closed", which says nothing new about the server.
+type openAtStart struct{}
+
+func (r *resetter) start(ctx context.Context, c *pgx.Conn) context.Context {
+	return context.WithValue(ctx, openAtStart{}, !c.IsClosed())
 }
 
-func (r *resetter) TraceQueryEnd(_ context.Context, c *pgx.Conn, d pgx.TraceQueryEndData) {
-	r.check(c, d.Err)
+func (r *resetter) TraceQueryStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return r.start(ctx, c)
 }
 
-func (r *resetter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
+func (r *resetter) TraceQueryEnd(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryEndData) {
+	r.check(ctx, c, d.Err)
 }
 
-func (r *resetter) TraceBatchQuery(_ context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.check(c, d.Err)
+func (r *resetter) TraceBatchStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return r.start(ctx, c)
 }
 
-func (r *resetter) TraceBatchEnd(_ context.Context, c *pgx.Conn, d pgx.TraceBatchEndData) {
-	r.check(c, d.Err)
+func (r *resetter) TraceBatchQuery(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.check(ctx, c, d.Err)
+}
+
+func (r *resetter) TraceBatchEnd(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchEndData) {
+	r.check(ctx, c, d.Err)
 }
 
 // check resets the pool when err says the connection's server is gone: the
-// error says so (ServerGone), or the statement left its connection closed for a
+// error says so (ServerGone), or the statement broke its open connection for a
 // reason other than the caller's deadline (pgconn reports a write to a dead
 // server as "conn closed"). Once per generation: connections made before the last
 // reset are stale already, and each is dropped when it fails, without resetting
 // the fresh ones again.
-func (r *resetter) check(c *pgx.Conn, err error) {
-	if err == nil || ownDeadline(err) || !(ServerGone(err) || c.IsClosed()) {
+func (r *resetter) check(ctx context.Context, c *pgx.Conn, err error) {
+	if err == nil || ownDeadline(err) {
+		return
+	}
+	wasOpen, _ := ctx.Value(openAtStart{}).(bool)
+	if !ServerGone(err) && !(wasOpen && c.IsClosed()) {
 		return
 	}
 	gen, _ := c.PgConn().CustomData()[generationKey].(int64)

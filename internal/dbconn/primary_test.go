@@ -187,3 +187,46 @@ func TestServerGone(t *testing.T) {
 		}
 	}
 }
+
+// A statement that runs out of its caller's time closes its connection, and the
+// next statement on it fails with "conn closed": neither says anything about the
+// server, and the pool keeps its other connections.
+func TestOwnDeadlineKeepsThePool(t *testing.T) {
+	p, db := sharedPair(t)
+	ctx := context.Background()
+	pool := open(t, p.URL(db))
+	old := map[int]bool{}
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[backendPid(t, c)] = true
+		conns = append(conns, c)
+	}
+	slow := conns[0]
+	for _, c := range conns[1:] {
+		c.Release()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := slow.Exec(sctx, "SELECT pg_sleep(30)")
+	cancel()
+	if err == nil || !slow.Conn().IsClosed() {
+		t.Fatalf("a statement past its deadline: %v, closed %v", err, slow.Conn().IsClosed())
+	}
+	if _, err := slow.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a closed connection ran a statement")
+	}
+	slow.Release()
+	for range 2 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		if pid := backendPid(t, c); !old[pid] {
+			t.Errorf("the pool made a new connection (%d): its idle ones were dropped", pid)
+		}
+	}
+}
