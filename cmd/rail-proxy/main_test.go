@@ -88,7 +88,7 @@ func TestBinary(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info"}
+	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info", "UNSAFE_NON_DURABLE_DB=true"}
 	var stderr bytes.Buffer
 	cmd = command(env, "serve")
 	cmd.Stderr = &stderr

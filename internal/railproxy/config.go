@@ -46,6 +46,7 @@ type Config struct {
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
 	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+	UnsafeNonDurableDB bool          // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -149,6 +150,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
 	s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
 	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s")
+	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	extra, err := s.Parse(rest)
 	if err != nil {
 		if errors.Is(err, serve.ErrHelp) {

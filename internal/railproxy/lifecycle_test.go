@@ -57,7 +57,7 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	db := pgtest.Pool(t, dbURL)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
