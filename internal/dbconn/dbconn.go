@@ -1,6 +1,10 @@
 // Package dbconn opens the services' PostgreSQL pools and applies or checks an
 // embedded goose migration tree. paydb and lockdb each own a tree; this package
-// holds the mechanics they share.
+// holds the mechanics they share — and what keeps a commit durable across a
+// failover: pools that reach only the primary and follow it (primary.go),
+// transactions whose COMMIT waits for the synchronous standby and reports a wait
+// that was cancelled (durable.go), and the start-up refusal of a database whose
+// fsync is off (durability.go).
 package dbconn
 
 import (

@@ -405,6 +405,14 @@ func (r *relay) accept() {
 			continue
 		}
 		r.mu.Lock()
+		select {
+		case <-r.closed: // close ran while this connection was being dialled
+			r.mu.Unlock()
+			_ = in.Close()
+			_ = out.Close()
+			return
+		default:
+		}
 		r.conns[in], r.conns[out] = struct{}{}, struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(2)
@@ -477,12 +485,14 @@ func (r *relay) dropConns() {
 
 func (r *relay) close() {
 	_ = r.ln.Close()
-	r.dropConns()
+	r.mu.Lock()
 	select {
 	case <-r.closed:
 	default:
 		close(r.closed)
 	}
+	r.mu.Unlock()
+	r.dropConns()
 	r.release()
 	r.wg.Wait()
 }
