@@ -54,13 +54,16 @@ type resetter struct {
 	generation atomic.Int64 // bumped by each reset; connections remember theirs
 }
 
-// openAtStart records, in the statement's context, whether its connection was
-// open when it began: a statement on a connection an earlier failure had closed
-// fails with "conn closed", which says nothing new about the server.
-type openAtStart struct{}
+// connState travels in a statement's (or batch's) context: whether its
+// connection was open when the statement began. A statement on a connection an
+// earlier failure had closed fails with "conn closed", which says nothing new
+// about the server. In a batch it is updated after each query.
+type connState struct{ open bool }
+
+type connStateKey struct{}
 
 func (r *resetter) start(ctx context.Context, c *pgx.Conn) context.Context {
-	return context.WithValue(ctx, openAtStart{}, !c.IsClosed())
+	return context.WithValue(ctx, connStateKey{}, &connState{open: !c.IsClosed()})
 }
 
 func (r *resetter) TraceQueryStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -85,15 +88,19 @@ func (r *resetter) TraceBatchEnd(ctx context.Context, c *pgx.Conn, d pgx.TraceBa
 
 // check resets the pool when err says the connection's server is gone: the
 // error says so (ServerGone), or the statement broke its open connection for a
-// reason other than the caller's deadline (pgconn reports a write to a dead
-// server as "conn closed"). Once per generation: connections made before the last
-// reset are stale already, and each is dropped when it fails, without resetting
-// the fresh ones again.
+// reason other than the caller's deadline (pgconn reports a simple-protocol
+// statement sent to a dead server as "conn closed"). Once per generation:
+// connections made before the last reset are stale already, and each is dropped
+// when it fails, without resetting the fresh ones again.
 func (r *resetter) check(ctx context.Context, c *pgx.Conn, err error) {
+	st, _ := ctx.Value(connStateKey{}).(*connState)
+	wasOpen := st != nil && st.open
+	if st != nil {
+		st.open = !c.IsClosed() // what the next query of a batch starts from
+	}
 	if err == nil || ownDeadline(err) {
 		return
 	}
-	wasOpen, _ := ctx.Value(openAtStart{}).(bool)
 	if !ServerGone(err) && !(wasOpen && c.IsClosed()) {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -205,10 +206,8 @@ func TestOwnDeadlineKeepsThePool(t *testing.T) {
 		old[backendPid(t, c)] = true
 		conns = append(conns, c)
 	}
-	slow := conns[0]
-	for _, c := range conns[1:] {
-		c.Release()
-	}
+	slow, batched := conns[0], conns[1]
+	conns[2].Release()
 	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, err := slow.Exec(sctx, "SELECT pg_sleep(30)")
 	cancel()
@@ -219,14 +218,28 @@ func TestOwnDeadlineKeepsThePool(t *testing.T) {
 		t.Fatal("a closed connection ran a statement")
 	}
 	slow.Release()
-	for range 2 {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
+	// The same in a batch: the queries after the one that ran out of time fail
+	// on the connection it closed.
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_sleep(30)")
+	b.Queue("SELECT 1")
+	b.Queue("SELECT 2")
+	sctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	br := batched.SendBatch(sctx, b)
+	for range 3 {
+		if _, err := br.Exec(); err == nil {
+			t.Fatal("a batch query past its deadline succeeded")
 		}
-		defer c.Release()
-		if pid := backendPid(t, c); !old[pid] {
-			t.Errorf("the pool made a new connection (%d): its idle ones were dropped", pid)
-		}
+	}
+	_ = br.Close()
+	cancel()
+	batched.Release()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if pid := backendPid(t, c); !old[pid] {
+		t.Errorf("the pool made a new connection (%d): its idle one was dropped", pid)
 	}
 }
