@@ -40,6 +40,7 @@ func newWorld(t *testing.T) *world {
 	sl := newSwitchListener(ln)
 	cfg := lockserver.DefaultConfig()
 	cfg.LockdbURL = dbURL
+	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	cfg.LockdbMaxConns = 8
 	cfg.MinTTL = 100 * time.Millisecond
 	cfg.Listener = sl

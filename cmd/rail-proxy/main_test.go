@@ -105,7 +105,7 @@ func TestBinary(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info",
+	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info", "UNSAFE_NON_DURABLE_DB=true",
 		"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1"}
 	var stderr bytes.Buffer
 	cmd = command(env, "serve")

@@ -1,6 +1,10 @@
 // Package dbconn opens the services' PostgreSQL pools and applies or checks an
 // embedded goose migration tree. paydb and lockdb each own a tree; this package
-// holds the mechanics they share.
+// holds the mechanics they share — and what keeps a commit durable across a
+// failover: pools that reach only the primary and follow it (primary.go),
+// transactions whose COMMIT waits for the synchronous standby and reports a wait
+// that was cancelled (durable.go), and the start-up refusal of a database whose
+// fsync is off (durability.go).
 package dbconn
 
 import (
@@ -22,6 +26,12 @@ var ErrSchemaBehind = errors.New("database schema is behind")
 
 // Open builds a pool for url (libpq PG* environment when empty) with maxConns
 // connections. It does not wait for the server: readiness reports that.
+//
+// url may name several hosts (host1:port1,host2:port2); every connection the
+// pool makes goes to a server that accepts writes, whatever the URL's
+// target_session_attrs says (primary.go), so the pool follows the primary across
+// a failover. Every connection also watches for the cancelled synchronous
+// replication warning that Commit and ExecCommit report (durable.go).
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -32,10 +42,13 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.OnNotice = onNotice
+	r := followPrimary(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
+	r.pool.Store(pool)
 	return pool, nil
 }
 

@@ -22,6 +22,9 @@ type Config struct {
 	LockdbMaxConns int           // LOCKDB_MAX_CONNS
 	MinTTL         time.Duration // LOCK_MIN_TTL: shortest lease a caller may ask for
 	MaxTTL         time.Duration // LOCK_MAX_TTL: longest lease a caller may ask for
+	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a lockdb whose fsync is
+	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
+	UnsafeNonDurableDB bool
 
 	// Listener, when set, is served instead of listening on Addr (tests, lockdemo).
 	Listener net.Listener
@@ -124,6 +127,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (st
 	s.Int(&cfg.LockdbMaxConns, "LOCKDB_MAX_CONNS", defaultMaxConns, "most lockdb connections")
 	s.Duration(&cfg.MinTTL, "LOCK_MIN_TTL", defaultMinTTL, "shortest lease TTL a caller may ask for")
 	s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
+	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+		"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	if cmd == "help" {
 		s.Usage(usage, synopsis)
 		return cmd, cfg, serve.ErrHelp

@@ -27,19 +27,22 @@ func TestParseConfigDefaultsEnvAndFlags(t *testing.T) {
 	}
 	want := Config{Addr: ":8081", LogLevel: "info", LockdbMaxConns: 20, MinTTL: time.Second, MaxTTL: 5 * time.Minute}
 	if cfg.Addr != want.Addr || cfg.LogLevel != want.LogLevel || cfg.LockdbURL != "" || cfg.LockdbMaxConns != want.LockdbMaxConns ||
-		cfg.MinTTL != want.MinTTL || cfg.MaxTTL != want.MaxTTL {
+		cfg.MinTTL != want.MinTTL || cfg.MaxTTL != want.MaxTTL || cfg.UnsafeNonDurableDB {
 		t.Errorf("defaults %+v, want %+v", cfg, want)
 	}
 
 	e := env(map[string]string{"LOCK_SERVER_ADDR": ":9000", "LOG_LEVEL": "debug", "LOCKDB_URL": "postgres://x@h/db",
-		"LOCKDB_MAX_CONNS": "5", "LOCK_MIN_TTL": "250ms", "LOCK_MAX_TTL": "1m"})
+		"LOCKDB_MAX_CONNS": "5", "LOCK_MIN_TTL": "250ms", "LOCK_MAX_TTL": "1m", "UNSAFE_NON_DURABLE_DB": "true"})
 	cmd, cfg, err = parseConfig([]string{"migrate", "--lock-max-ttl=2m", "--lock-server-addr", ":9001"}, e, &bytes.Buffer{})
 	if err != nil || cmd != CmdMigrate {
 		t.Fatalf("migrate: %q %v", cmd, err)
 	}
 	if cfg.Addr != ":9001" || cfg.LogLevel != "debug" || cfg.LockdbURL != "postgres://x@h/db" || cfg.LockdbMaxConns != 5 ||
-		cfg.MinTTL != 250*time.Millisecond || cfg.MaxTTL != 2*time.Minute {
+		cfg.MinTTL != 250*time.Millisecond || cfg.MaxTTL != 2*time.Minute || !cfg.UnsafeNonDurableDB {
 		t.Errorf("env and flags (flag wins): %+v", cfg)
+	}
+	if _, cfg, err = parseConfig([]string{"--unsafe-non-durable-db=false"}, e, &bytes.Buffer{}); err != nil || cfg.UnsafeNonDurableDB {
+		t.Errorf("--unsafe-non-durable-db=false over the environment's true: %v %v", cfg.UnsafeNonDurableDB, err)
 	}
 }
 
@@ -88,7 +91,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, s := range []string{"LOCK_SERVER_ADDR", ":8081", "LOG_LEVEL", "info", "LOCKDB_URL", "LOCKDB_MAX_CONNS", "20",
-		"LOCK_MIN_TTL", "1s", "LOCK_MAX_TTL", "5m0s", "migrate"} {
+		"LOCK_MIN_TTL", "1s", "LOCK_MAX_TTL", "5m0s", "UNSAFE_NON_DURABLE_DB", "migrate"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, out.String())
 		}

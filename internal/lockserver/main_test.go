@@ -30,6 +30,7 @@ func testConfig(dbURL string) Config {
 	cfg := DefaultConfig()
 	cfg.LockdbURL = dbURL
 	cfg.LockdbMaxConns = 8
+	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	return cfg
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -61,6 +62,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	reg := serve.NewRegistry()
+	cctx, cancel = context.WithTimeout(ctx, schemaCheckTimeout)
+	err = dbconn.RequireDurable(cctx, st.pool, "lockdb", cfg.UnsafeNonDurableDB, logger, reg)
+	cancel()
+	if err != nil {
+		return err
+	}
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
 	handler := newServer(st, newMetrics(reg), health, reg, logger, cfg)

@@ -116,7 +116,10 @@ func (s *store) grant(ctx context.Context, name, owner string, ttlMs int64) (Lea
 		return Lease{}, classify("read holder", err)
 	}
 
-	tx, err := s.pool.Begin(ctx)
+	// dbconn.Begin: the COMMIT waits for lockdb's synchronous standby, and one
+	// whose wait was cancelled is an error, never a grant. A token handed out from
+	// a commit the standby may not have could be issued again after a failover.
+	tx, err := dbconn.Begin(ctx, s.pool)
 	if err != nil {
 		return Lease{}, classify("begin grant", err)
 	}
@@ -168,7 +171,7 @@ const sqlExists = `SELECT EXISTS (SELECT 1 FROM lock_lease WHERE lock_name = $1)
 func (s *store) renew(ctx context.Context, name, owner string, token, ttlMs int64) (Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tx, err := s.pool.Begin(ctx)
+	tx, err := dbconn.Begin(ctx, s.pool)
 	if err != nil {
 		return Lease{}, classify("begin renew", err)
 	}
@@ -227,7 +230,7 @@ SELECT g.owner_id, g.released_at IS NOT NULL
 func (s *store) release(ctx context.Context, name, owner string, token int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tx, err := s.pool.Begin(ctx)
+	tx, err := dbconn.Begin(ctx, s.pool)
 	if err != nil {
 		return false, classify("begin release", err)
 	}
@@ -337,7 +340,9 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // reached, is shutting down, is out of resources, or did not answer in time is
 // ErrUnavailable (503); any other error the server reported is internal (500).
 // Failures that are not the server's answer (refused or broken connections,
-// timeouts, the pool's wait) all mean lockdb was not reached in time.
+// timeouts, the pool's wait) all mean lockdb was not reached in time; so does a
+// commit the synchronous standby did not confirm (dbconn.ErrCommitNotDurable):
+// it is not durable, so it did not happen.
 func classify(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {

@@ -29,6 +29,9 @@ type Config struct {
 	LogLevel      string // LOG_LEVEL
 	PaydbURL      string // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns int    // PAYDB_MAX_CONNS
+	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
+	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
+	UnsafeNonDurableDB bool
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -105,6 +108,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.String(&cfg.PaydbURL, "PAYDB_URL", "", "paydb PostgreSQL URL; the libpq PG* environment when empty")
 	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", DefaultMaxConns,
 		"paydb pool size; a request waiting longer than 2s for paydb answers 503")
+	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	switch cmd {
 	case "serve", "migrate":
 	case "help":

@@ -71,6 +71,7 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	logs := &syncBuffer{}
 	cfg := payment.DefaultConfig()
 	cfg.PaydbURL = dbURL
+	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	cfg.Listener = ln
 	cfg.LogOutput = logs
 	cfg.LogLevel = "debug"

@@ -194,6 +194,7 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	dbURL := pgtest.EmptyURL(t)
 	cfg := payment.DefaultConfig()
 	cfg.PaydbURL = dbURL
+	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	cfg.LogOutput = &syncBuffer{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,15 +255,19 @@ func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	cmd, cfg, err := payment.ParseConfig(nil, env(nil))
-	if err != nil || cmd != "serve" || cfg.Addr != ":8082" || cfg.LogLevel != "info" || cfg.PaydbMaxConns != 20 || cfg.PaydbURL != "" {
+	if err != nil || cmd != "serve" || cfg.Addr != ":8082" || cfg.LogLevel != "info" || cfg.PaydbMaxConns != 20 || cfg.PaydbURL != "" ||
+		cfg.UnsafeNonDurableDB {
 		t.Fatalf("defaults: %q %+v %v", cmd, cfg, err)
 	}
 	vars := map[string]string{"PAYMENT_RESOURCE_ADDR": "127.0.0.1:9000", "LOG_LEVEL": "debug",
-		"PAYDB_URL": "postgres://u:secret@db.example:5432/paydb", "PAYDB_MAX_CONNS": "7"}
+		"PAYDB_URL": "postgres://u:secret@db.example:5432/paydb", "PAYDB_MAX_CONNS": "7", "UNSAFE_NON_DURABLE_DB": "true"}
 	cmd, cfg, err = payment.ParseConfig([]string{"migrate", "--paydb-max-conns", "9"}, env(vars))
 	if err != nil || cmd != "migrate" || cfg.Addr != "127.0.0.1:9000" || cfg.LogLevel != "debug" ||
-		cfg.PaydbMaxConns != 9 || cfg.PaydbURL != vars["PAYDB_URL"] {
+		cfg.PaydbMaxConns != 9 || cfg.PaydbURL != vars["PAYDB_URL"] || !cfg.UnsafeNonDurableDB {
 		t.Fatalf("env and flags: %q %+v %v", cmd, cfg, err)
+	}
+	if _, cfg, err = payment.ParseConfig([]string{"--unsafe-non-durable-db=false"}, env(vars)); err != nil || cfg.UnsafeNonDurableDB {
+		t.Fatalf("--unsafe-non-durable-db=false over the environment's true: %v %v", cfg.UnsafeNonDurableDB, err)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -293,7 +298,7 @@ func TestParseConfig(t *testing.T) {
 	if !errors.Is(err, serve.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "migrate"} {
+	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate"} {
 		if !strings.Contains(usage.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, usage.String())
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -55,6 +56,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	reg := serve.NewRegistry()
+	cctx, cancel = context.WithTimeout(ctx, startupCheckTimeout)
+	err = dbconn.RequireDurable(cctx, st.pool, "paydb", cfg.UnsafeNonDurableDB, logger, reg)
+	cancel()
+	if err != nil {
+		return err
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return err

@@ -402,8 +402,17 @@ const setStatementTimeoutSQL = `SELECT set_config('statement_timeout', $1, true)
 // begin opens a transaction whose statements the server itself stops at ctx's
 // deadline. So a request that answers 503 has written nothing — unless the
 // bound ran out during COMMIT, the one moment whose outcome a client cannot know.
+//
+// dbconn.Begin makes the COMMIT wait for paydb's synchronous standby and reports
+// a wait that was cancelled (dbconn.ErrCommitNotDurable, classified unavailable:
+// 503). The statement_timeout set here never silently cancels that wait:
+// PostgreSQL disarms statement_timeout before it commits (finish_xact_command,
+// PostgreSQL 13 and later; TestStatementTimeoutNeverCancelsTheSyncWait holds a
+// COMMIT past it). Were a cancel ever to reach the wait, its warning would be
+// caught and answered 503 all the same. The client's own deadline during the wait
+// closes the connection: 503, the outcome unknown, as for any lost COMMIT answer.
 func (s *store) begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := dbconn.Begin(ctx, s.pool)
 	if err != nil {
 		return nil, classify("begin", err)
 	}
@@ -439,6 +448,11 @@ func classify(op string, err error) error {
 }
 
 func unavailable(err error) bool {
+	// A commit the synchronous standby did not confirm is not durable, so it did
+	// not happen: paydb did not take the write.
+	if errors.Is(err, dbconn.ErrCommitNotDurable) {
+		return true
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err) {
 		return true
 	}

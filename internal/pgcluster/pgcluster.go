@@ -1,7 +1,9 @@
-// Package pgcluster starts a throwaway PostgreSQL cluster from the local server
+// Package pgcluster starts throwaway PostgreSQL clusters from the local server
 // binaries: data in a temporary directory, listening on a free loopback port, run
 // as an unprivileged user when the caller is root (PostgreSQL refuses to run as
-// root), and removed on Stop. Tests and lockdemo use it; production never does.
+// root), and removed on Stop. Start gives one server; StartPair a primary with a
+// streaming standby that can be held back, killed and promoted (replica.go).
+// Tests and lockdemo use it; production never does.
 package pgcluster
 
 import (
@@ -42,13 +44,19 @@ type Options struct {
 
 // Cluster is a running throwaway PostgreSQL.
 type Cluster struct {
-	dir  string
+	dir  string // temporary directory: data/ and the unix socket
+	bin  string
+	cred *syscall.Credential // nil: run as ourselves
+	logf *os.File
 	port int
 	cmd  *exec.Cmd
 	done chan struct{}
 
 	stopOnce sync.Once
 	waitErr  error
+
+	mu      sync.Mutex
+	stopped []int // processes held by SIGSTOP (Hold), to continue on Release
 }
 
 // FindBinDir finds the directory with initdb and postgres: PATH, then
@@ -91,12 +99,26 @@ func fileExists(p string) bool {
 // Start initialises and starts a cluster. It returns when the server accepts
 // connections.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	bin, err := FindBinDir()
+	c, err := newCluster(opts.Log)
 	if err != nil {
 		return nil, err
 	}
-	if opts.MaxConnections == 0 {
-		opts.MaxConnections = 300
+	if err := c.initdb(ctx); err != nil {
+		c.remove()
+		return nil, err
+	}
+	if err := c.start(ctx, baseSettings(c.dir, opts)); err != nil {
+		c.remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster makes the temporary directory a server (run as cred) can own.
+func newCluster(logf *os.File) (*Cluster, error) {
+	bin, err := FindBinDir()
+	if err != nil {
+		return nil, err
 	}
 	cred, err := runAs()
 	if err != nil {
@@ -106,30 +128,53 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
 	}
-	c := &Cluster{dir: dir, done: make(chan struct{})}
-	fail := func(err error) (*Cluster, error) {
-		_ = os.RemoveAll(dir)
+	c := &Cluster{dir: dir, bin: bin, cred: cred, logf: logf, done: make(chan struct{})}
+	if err := c.own(dir, 0o755); err != nil {
+		c.remove()
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	if cred != nil {
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return fail(err)
-		}
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return fail(fmt.Errorf("pgcluster: chown temp dir: %w", err))
-		}
-	}
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
-		"-D", data, "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	initdb.Dir = dir
-	var out bytes.Buffer
-	initdb.Stdout, initdb.Stderr = &out, &out
-	if err := initdb.Run(); err != nil {
-		return fail(fmt.Errorf("pgcluster: initdb: %w: %s", err, out.String()))
-	}
+	return c, nil
+}
 
+// own hands path to the user the server runs as (when we are root).
+func (c *Cluster) own(path string, mode os.FileMode) error {
+	if c.cred == nil {
+		return nil
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("pgcluster: chmod %s: %w", path, err)
+	}
+	if err := os.Chown(path, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+		return fmt.Errorf("pgcluster: chown %s: %w", path, err)
+	}
+	return nil
+}
+
+func (c *Cluster) data() string { return filepath.Join(c.dir, "data") }
+
+// run runs one of the server's tools (initdb, pg_basebackup, pg_ctl) as the
+// server's user and returns its output with the error.
+func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, tool), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	cmd.Dir = c.dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("pgcluster: %s: %w: %s", tool, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+func (c *Cluster) initdb(ctx context.Context) error {
+	return c.run(ctx, "initdb", "-D", c.data(), "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "--no-sync")
+}
+
+// baseSettings are every cluster's server settings.
+func baseSettings(dir string, opts Options) []string {
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = 300
+	}
 	settings := []string{
 		"listen_addresses=127.0.0.1",
 		"unix_socket_directories=" + dir,
@@ -140,24 +185,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		"max_prepared_transactions=0",
 	}
 	if opts.Durable {
-		settings = append(settings, "fsync=on", "synchronous_commit=on")
-	} else {
-		settings = append(settings, "fsync=off", "synchronous_commit=off", "full_page_writes=off")
+		return append(settings, "fsync=on", "synchronous_commit=on")
 	}
+	return append(settings, "fsync=off", "synchronous_commit=off", "full_page_writes=off")
+}
 
+// start runs postgres on the data directory with settings, on a free port, and
+// returns when it accepts connections.
+func (c *Cluster) start(ctx context.Context, settings []string) error {
 	// A port picked by a probe can be taken before the server binds it; try a few.
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		args := []string{"-D", data, "-p", strconv.Itoa(port)}
+		args := []string{"-D", c.data(), "-p", strconv.Itoa(port)}
 		for _, s := range settings {
 			args = append(args, "-c", s)
 		}
-		if err := c.launch(filepath.Join(bin, "postgres"), args, cred, opts.Log); err != nil {
-			return fail(err)
+		if err := c.launch(filepath.Join(c.bin, "postgres"), args); err != nil {
+			return err
 		}
 		c.port = port
 		if err := c.waitReady(ctx); err != nil {
@@ -166,22 +214,22 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.done = make(chan struct{})
 			continue
 		}
-		return c, nil
+		return nil
 	}
-	return fail(fmt.Errorf("pgcluster: server did not start: %w", lastErr))
+	return fmt.Errorf("pgcluster: server did not start: %w", lastErr)
 }
 
 // launch starts postgres from a goroutine locked to its OS thread, so that the
 // parent-death signal (which Linux ties to the creating thread) fires only when
 // this process dies: a killed test binary takes its server with it.
-func (c *Cluster) launch(path string, args []string, cred *syscall.Credential, logf *os.File) error {
+func (c *Cluster) launch(path string, args []string) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		cmd := exec.Command(path, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-		if logf != nil {
-			cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+		if c.logf != nil {
+			cmd.Stdout, cmd.Stderr = c.logf, c.logf
 		}
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("pgcluster: start postgres: %w", err)
@@ -247,9 +295,11 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name, template string) err
 	return nil
 }
 
-// Stop shuts the server down (fast mode) and removes its files.
+// Stop shuts the server down (fast mode) and removes its files. A server that was
+// held is continued first, so that it can hear the request.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
+		c.release()
 		if c.cmd != nil && c.cmd.Process != nil {
 			_ = c.cmd.Process.Signal(syscall.SIGINT)
 			select {
@@ -258,16 +308,108 @@ func (c *Cluster) Stop() error {
 				c.kill()
 			}
 		}
-		_ = os.RemoveAll(c.dir)
+		c.remove()
 	})
 	return nil
 }
 
+func (c *Cluster) remove() { _ = os.RemoveAll(c.dir) }
+
+// kill ends every process of the server with SIGKILL, the way a machine that
+// loses power ends them, and waits for the postmaster. Each PostgreSQL child is
+// the leader of its own session (the postmaster calls setsid for it), so a signal
+// to the postmaster's process group would reach the postmaster alone.
 func (c *Cluster) kill() {
-	if c.cmd != nil && c.cmd.Process != nil {
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		<-c.done
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
 	}
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	pm := c.cmd.Process.Pid
+	// Stopped, the postmaster forks nothing more while its children are listed,
+	// and no child is restarted between the two kills.
+	_ = syscall.Kill(pm, syscall.SIGSTOP)
+	for _, pid := range children(pm) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(pm, syscall.SIGKILL)
+	<-c.done
+	c.mu.Lock()
+	c.stopped = nil
+	c.mu.Unlock()
+}
+
+// hold stops every process of the server with SIGSTOP: it neither receives nor
+// replays nor answers until release.
+func (c *Cluster) hold() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped != nil {
+		return errors.New("pgcluster: already held")
+	}
+	select {
+	case <-c.done:
+		return errors.New("pgcluster: server is not running")
+	default:
+	}
+	pm := c.cmd.Process.Pid
+	if err := syscall.Kill(pm, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pgcluster: stop postmaster: %w", err)
+	}
+	c.stopped = []int{pm}
+	for _, pid := range children(pm) {
+		if syscall.Kill(pid, syscall.SIGSTOP) == nil {
+			c.stopped = append(c.stopped, pid)
+		}
+	}
+	return nil
+}
+
+// release continues what hold stopped; it does nothing when nothing is held.
+func (c *Cluster) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.stopped) - 1; i >= 0; i-- { // the children first, the postmaster last
+		_ = syscall.Kill(c.stopped[i], syscall.SIGCONT)
+	}
+	c.stopped = nil
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces and parentheses, so read
+		// after its last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 func freePort() (int, error) {

@@ -178,3 +178,42 @@ func Pool(t testing.TB, dbURL string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// Pair starts a primary and a streaming standby for this test (opts as for
+// pgcluster.StartPair: Sync for a synchronous standby), creates and migrates the databases "paydb" and "lockdb" on it, waits until the standby
+// has them, and stops it when the test ends. Connect through p.URL("paydb") or
+// p.URL("lockdb"): both servers, target_session_attrs=read-write. The pair runs
+// with fsync off, like every throwaway cluster: services on it need
+// UNSAFE_NON_DURABLE_DB. It needs the local server binaries; TEST_DATABASE_URL
+// cannot stand in for a replicated pair.
+func Pair(t testing.TB, opts pgcluster.PairOptions) *pgcluster.Pair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = 100
+	}
+	p, err := pgcluster.StartPair(ctx, opts)
+	if err != nil {
+		t.Fatalf("pgtest: start a primary and standby: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	for _, tree := range []dbconn.Tree{paydb.Tree(), lockdb.Tree()} {
+		if err := p.CreateDatabase(ctx, tree.Database, ""); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		pool, err := pgxpool.New(ctx, p.URL(tree.Database))
+		if err != nil {
+			t.Fatalf("pgtest: pool: %v", err)
+		}
+		_, err = tree.Migrate(ctx, pool, nil)
+		pool.Close()
+		if err != nil {
+			t.Fatalf("pgtest: migrate %s: %v", tree.Database, err)
+		}
+	}
+	if err := p.WaitReplayed(ctx); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return p
+}

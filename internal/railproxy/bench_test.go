@@ -323,7 +323,7 @@ func BenchmarkInflightRSS(b *testing.B) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn", "RAIL_PROXY_ADDR="+addr)
+	cmd.Env = append(os.Environ(), "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn", "RAIL_PROXY_ADDR="+addr)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Stdout = io.Discard

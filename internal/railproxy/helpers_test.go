@@ -111,6 +111,7 @@ type proxy struct {
 func testConfig(paydbURL, railURL string) Config {
 	cfg := DefaultConfig()
 	cfg.PaydbURL = paydbURL
+	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	cfg.RailBaseURL = railURL
 	cfg.LogLevel = "debug"
 	return cfg

@@ -63,7 +63,7 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	child.RailReadTimeout = 100 * time.Millisecond
 	child.InterruptedAfter = child.InFlightBound() + InterruptMargin
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error",
+	cmd.Env = append(os.Environ(), childEnv+"=1", "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error",
 		"RAIL_CONNECT_TIMEOUT=100ms", "RAIL_READ_TIMEOUT=100ms", "RAIL_PROXY_INTERRUPTED_AFTER="+child.InterruptedAfter.String())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

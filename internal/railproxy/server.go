@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -66,6 +69,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	reg := serve.NewRegistry()
+	if err := requireDurable(ctx, store, cfg, logger, reg); err != nil {
+		return err
+	}
 	m := newMetrics(reg, cfg.FencingEnabled)
 	rail := newRailClient(cfg)
 	defer rail.close()
@@ -127,6 +133,14 @@ func checkPaydb(ctx context.Context, store *Store) error {
 		return errors.New("paydb is a read replica (pg_is_in_recovery() is true): rail-proxy must run against the primary, where the mark is read, compared and advanced in one statement; a replica's mark lags and would admit stale tokens")
 	}
 	return store.RequireSchema(ctx)
+}
+
+// requireDurable refuses a paydb whose fsync is off unless UNSAFE_NON_DURABLE_DB
+// (C5): a crash would forget a forwarded intent and the mark with it.
+func requireDurable(ctx context.Context, store *Store, cfg Config, logger *slog.Logger, reg prometheus.Registerer) error {
+	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	return dbconn.RequireDurable(ctx, store.pool, "paydb", cfg.UnsafeNonDurableDB, logger, reg)
 }
 
 // Migrate applies paydb's migrations (the whole tree, rail-proxy's tables and

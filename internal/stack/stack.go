@@ -36,6 +36,9 @@ import (
 type Options struct {
 	// PaydbURL and LockdbURL name existing, migrated-or-empty databases; when both
 	// are empty a throwaway cluster is started and both databases created on it.
+	// A URL may name several hosts (a pgcluster.Pair's URL): the services follow
+	// the primary. Services on a database whose fsync is off (every throwaway
+	// cluster) get UNSAFE_NON_DURABLE_DB=true unless Env says otherwise.
 	PaydbURL, LockdbURL string
 	// ProxyAsChild runs rail-proxy as a child process (needed for CrashProxy).
 	ProxyAsChild bool
@@ -53,6 +56,10 @@ type Stack struct {
 
 	PaydbURL, LockdbURL string
 	Paydb, Lockdb       *pgxpool.Pool
+
+	// unsafe holds UNSAFE_NON_DURABLE_DB=true for the services of a database
+	// whose fsync is off, by database ("paydb", "lockdb").
+	unsafe map[string]map[string]string
 
 	LockServerURL, PaymentURL, ProxyURL, StubURL string
 	Stub                                         *railstub.Client
@@ -94,7 +101,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	s.StubURL = stub.url
 	s.Stub = railstub.NewClient(s.StubURL)
 
-	ls, err := s.startInProcess(ctx, "lock-server", "LOCK_SERVER_ADDR", map[string]string{"LOCKDB_URL": s.LockdbURL},
+	ls, err := s.startInProcess(ctx, "lock-server", "LOCK_SERVER_ADDR", s.withUnsafe("lockdb", map[string]string{"LOCKDB_URL": s.LockdbURL}),
 		func(ctx context.Context, ln net.Listener, getenv func(string) string) error {
 			_, cfg, err := lockserver.ParseConfig(nil, getenv)
 			if err != nil {
@@ -108,7 +115,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	}
 	s.LockServerURL = ls.url
 
-	pr, err := s.startInProcess(ctx, "payment-resource", "PAYMENT_RESOURCE_ADDR", map[string]string{"PAYDB_URL": s.PaydbURL},
+	pr, err := s.startInProcess(ctx, "payment-resource", "PAYMENT_RESOURCE_ADDR", s.withUnsafe("paydb", map[string]string{"PAYDB_URL": s.PaydbURL}),
 		func(ctx context.Context, ln net.Listener, getenv func(string) string) error {
 			_, cfg, err := payment.ParseConfig(nil, getenv)
 			if err != nil {
@@ -166,7 +173,24 @@ func (s *Stack) databases(ctx context.Context) error {
 	if _, err := lockdb.Tree().Migrate(ctx, s.Lockdb, nil); err != nil {
 		return err
 	}
+	s.unsafe = map[string]map[string]string{}
+	for db, pool := range map[string]*pgxpool.Pool{"paydb": s.Paydb, "lockdb": s.Lockdb} {
+		var fsync string
+		if err := pool.QueryRow(ctx, "SELECT current_setting('fsync')").Scan(&fsync); err != nil {
+			return fmt.Errorf("stack: %s: reading fsync: %w", db, err)
+		}
+		if fsync != "on" {
+			s.unsafe[db] = map[string]string{"UNSAFE_NON_DURABLE_DB": "true"}
+		}
+	}
 	return nil
+}
+
+// withUnsafe adds UNSAFE_NON_DURABLE_DB=true to base when db has fsync off: the
+// services refuse such a database otherwise (C5).
+func (s *Stack) withUnsafe(db string, base map[string]string) map[string]string {
+	maps.Copy(base, s.unsafe[db])
+	return base
 }
 
 // env merges base settings with the caller's overrides for service.
@@ -178,11 +202,11 @@ func (s *Stack) env(service string, base map[string]string) map[string]string {
 }
 
 func (s *Stack) proxyEnv() map[string]string {
-	return s.env("rail-proxy", map[string]string{
+	return s.env("rail-proxy", s.withUnsafe("paydb", map[string]string{
 		"PAYDB_URL":       s.PaydbURL,
 		"RAIL_BASE_URL":   s.StubURL,
 		"RAIL_PROXY_ADDR": s.proxyAddr,
-	})
+	}))
 }
 
 func (s *Stack) startProxy(ctx context.Context) error {

@@ -1,0 +1,385 @@
+package dbconn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/pgcluster"
+)
+
+var (
+	shared     *pgcluster.Pair
+	sharedErr  error
+	sharedOnce sync.Once
+	sharedMu   sync.Mutex // tests that hold the shared standby run one at a time
+	dbSeq      int
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		_ = shared.Stop()
+	}
+	os.Exit(code)
+}
+
+// sharedPair is a primary with a synchronous standby for the tests that neither
+// kill nor promote; each gets its own database on it and the pair to itself.
+func sharedPair(t *testing.T) (*pgcluster.Pair, string) {
+	t.Helper()
+	sharedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		shared, sharedErr = pgcluster.StartPair(ctx, pgcluster.PairOptions{Sync: true, MaxConnections: 100})
+	})
+	if sharedErr != nil {
+		t.Fatalf("start a primary and standby: %v", sharedErr)
+	}
+	sharedMu.Lock()
+	t.Cleanup(func() {
+		shared.ReleaseStandby()
+		sharedMu.Unlock()
+	})
+	dbSeq++
+	name := fmt.Sprintf("d%d", dbSeq)
+	if err := shared.CreateDatabase(context.Background(), name, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.WaitReplayed(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return shared, name
+}
+
+func open(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := dbconn.Open(context.Background(), url, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// syncRepPid waits until a backend of the primary waits for the synchronous
+// standby and returns its pid.
+func syncRepPid(t *testing.T, observer *pgxpool.Pool) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var pid int
+		err := observer.QueryRow(context.Background(),
+			"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1").Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no backend waits for the synchronous standby")
+	return 0
+}
+
+// commitResult is what a COMMIT sent on another goroutine came back with.
+type commitResult struct {
+	tag string
+	err error
+}
+
+// cancelWait waits until a COMMIT waits for the held standby, then cancels (or
+// terminates) its backend from another connection, and returns what it came back with.
+func cancelWait(t *testing.T, observer *pgxpool.Pool, fn string, done <-chan commitResult) commitResult {
+	t.Helper()
+	pid := syncRepPid(t, observer)
+	select {
+	case r := <-done:
+		t.Fatalf("COMMIT came back (%v) while its backend waited for the standby", r.err)
+	default:
+	}
+	var ok bool
+	if err := observer.QueryRow(context.Background(), "SELECT "+fn+"($1)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("%s(%d): %v %v", fn, pid, ok, err)
+	}
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("COMMIT did not come back after its wait was cancelled")
+		return commitResult{}
+	}
+}
+
+// A cancelled wait for the synchronous standby: PostgreSQL reports the COMMIT as
+// a success with a WARNING; a transaction begun with dbconn.Begin reports
+// ErrCommitNotDurable instead. The row is on the primary all the same (committed
+// locally), which is exactly why it must not be trusted: the standby does not
+// have it.
+func TestBeginCommitReportsCancelledSyncWait(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('cancelled')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan commitResult, 1)
+	go func() { done <- commitResult{err: tx.Commit(ctx)} }()
+	r := cancelWait(t, pool, "pg_cancel_backend", done)
+	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
+		t.Fatalf("Commit after a cancelled sync wait = %v, want ErrCommitNotDurable", r.err)
+	}
+	if !strings.Contains(r.err.Error(), "canceling wait for synchronous replication due to user request") {
+		t.Errorf("error does not quote the server's warning: %v", r.err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the primary has %d rows (%v): the commit was local, as PostgreSQL says", n, err)
+	}
+	// The pool still works, and a commit without a cancelled wait is clean.
+	p.ReleaseStandby()
+	tx, err = dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('clean')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("a commit the standby confirmed: %v", err)
+	}
+}
+
+// A terminated backend (pg_terminate_backend, a fast shutdown) sends the other
+// warning and closes the connection: the error says both.
+func TestBeginCommitReportsTerminatedSyncWait(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('terminated')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan commitResult, 1)
+	go func() { done <- commitResult{err: tx.Commit(ctx)} }()
+	r := cancelWait(t, pool, "pg_terminate_backend", done)
+	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
+		t.Fatalf("Commit after a terminated sync wait = %v, want ErrCommitNotDurable", r.err)
+	}
+	if !strings.Contains(r.err.Error(), "canceling the wait for synchronous replication and terminating connection due to administrator command") {
+		t.Errorf("error does not quote the server's warning: %v", r.err)
+	}
+}
+
+// rail-proxy's shape: BEGIN and the statement in one batch on a pooled
+// connection, then a raw COMMIT through ExecCommit.
+func TestExecCommitReportsCancelledSyncWait(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(dbconn.RaiseSyncCommitSQL)
+	b.Queue("INSERT INTO t VALUES ($1)", "raw")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan commitResult, 1)
+	go func() {
+		tag, err := dbconn.ExecCommit(ctx, conn.Conn())
+		done <- commitResult{tag: tag.String(), err: err}
+	}()
+	r := cancelWait(t, pool, "pg_cancel_backend", done)
+	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) || r.tag != "COMMIT" {
+		t.Fatalf("ExecCommit after a cancelled sync wait = %q, %v; want COMMIT and ErrCommitNotDurable", r.tag, r.err)
+	}
+	// The next commit on the same connection is not tainted by the last one.
+	p.ReleaseStandby()
+	if _, err := conn.Exec(ctx, "BEGIN; INSERT INTO t VALUES ('next')"); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := dbconn.ExecCommit(ctx, conn.Conn()); err != nil || tag.String() != "COMMIT" {
+		t.Fatalf("next ExecCommit = %q, %v", tag, err)
+	}
+	// A failed transaction's COMMIT is answered ROLLBACK, as conn.Exec says it.
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1/0"); err == nil {
+		t.Fatal("division by zero succeeded")
+	}
+	if tag, err := dbconn.ExecCommit(ctx, conn.Conn()); err != nil || tag.String() != "ROLLBACK" {
+		t.Fatalf("COMMIT of a failed transaction = %q, %v; want ROLLBACK", tag, err)
+	}
+}
+
+// Begin raises synchronous_commit to on inside the transaction: with the
+// database's default lowered to off (or local) a plain transaction's COMMIT does
+// not wait for the held standby, Begin's does. A stronger default (remote_apply)
+// is left as it is.
+func TestBeginRaisesSynchronousCommit(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	for _, def := range []string{"off", "local", "remote_write", "on", "remote_apply"} {
+		mustExec(t, pool, fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = %s", db, def))
+		pool.Reset() // the default applies to new sessions
+		want := "on"
+		if def == "remote_apply" {
+			want = def
+		}
+		tx, err := dbconn.Begin(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, session string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&session); err != nil {
+			t.Fatal(err)
+		}
+		if got != want || session != def {
+			t.Errorf("default %s: synchronous_commit in Begin's transaction = %s (want %s), after it = %s (want %s)", def, got, want, session, def)
+		}
+	}
+
+	mustExec(t, pool, fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = off", db))
+	pool.Reset()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	// A plain transaction commits without the standby: the weakened default at work.
+	plain, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Exec(ctx, "INSERT INTO t VALUES ('plain')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Commit(ctx); err != nil {
+		t.Fatalf("plain commit with synchronous_commit=off: %v", err)
+	}
+	// Begin's waits for the standby.
+	tx, err := dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('durable')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(ctx) }()
+	syncRepPid(t, pool)
+	select {
+	case err := <-done:
+		t.Fatalf("Begin's commit came back (%v) while the standby was held", err)
+	default:
+	}
+	p.ReleaseStandby()
+	if err := <-done; err != nil {
+		t.Fatalf("commit after the standby was released: %v", err)
+	}
+}
+
+// PostgreSQL disarms statement_timeout before it commits: a COMMIT waiting for
+// the held standby outlives a transaction-local statement_timeout (payment-
+// resource sets one on every transaction) many times over, still waiting. Were it
+// not so, the timeout would cancel the wait and the COMMIT would report success
+// with only a warning.
+func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	mustExec(t, pool, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	if err := p.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dbconn.Begin(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '100', true)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('waits')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(ctx) }()
+	pid := syncRepPid(t, pool)
+	// Wait, by the server's clock, until the COMMIT has waited ten times its
+	// statement_timeout; it never gets there if the timeout cancelled it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var long bool
+		err := pool.QueryRow(ctx, `SELECT coalesce(wait_event = 'SyncRep' AND clock_timestamp() - query_start > interval '1 second', false)
+			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&long)
+		if err != nil {
+			t.Fatalf("backend %d: %v", pid, err)
+		}
+		if long {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("COMMIT came back (%v) before it had waited ten times its statement_timeout", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the COMMIT stopped waiting for the standby")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.ReleaseStandby()
+	if err := <-done; err != nil {
+		t.Fatalf("COMMIT after the standby was released: %v", err)
+	}
+}
