@@ -26,6 +26,7 @@ type metrics struct {
 	callSeconds       prometheus.Histogram
 	inflight          prometheus.Gauge
 	fencingEnabled    prometheus.Gauge
+	statementReads    *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -62,6 +63,7 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 		}),
 	}
 	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled)
+	m.statementReads = newStatementMetric(reg)
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {
