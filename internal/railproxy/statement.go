@@ -37,26 +37,6 @@ const StageStatement = "statement"
 // about 400 KiB; anything far beyond is not the page asked for.
 const maxStatementReply = 8 << 20
 
-// StatementLine is one line of the rail's statement.
-type StatementLine struct {
-	Seq           int64     `json:"seq"`
-	ReceivedAt    time.Time `json:"receivedAt"`
-	Reference     string    `json:"reference"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Result        string    `json:"result"` // ACCEPTED or DECLINED
-	RailReference *string   `json:"railReference"`
-	DeclineReason *string   `json:"declineReason"`
-}
-
-// Statement is a page of the statement; Next is the seq to pass as after for the
-// next page, nil when this page is the end for now.
-type Statement struct {
-	Lines []StatementLine `json:"lines"`
-	Next  *int64          `json:"next"`
-}
-
 // Values of rail_statement_read_total{result}.
 var statementResults = []string{"ok", "error"}
 
@@ -137,55 +117,55 @@ type railCall struct {
 // seqs not strictly increasing from after, more lines than asked, a result other
 // than ACCEPTED or DECLINED — is an error: a reconciler must never import a
 // statement it had to guess at.
-func (s *statementReader) read(ctx context.Context, after int64, limit int) (Statement, error) {
+func (s *statementReader) read(ctx context.Context, after int64, limit int) (lockapi.Statement, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.readTimeout)
 	defer cancel()
 	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.callsURL+"?"+q.Encode(), nil)
 	if err != nil {
-		return Statement{}, err
+		return lockapi.Statement{}, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.http.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Statement{}, fmt.Errorf("no whole reply within RAIL_READ_TIMEOUT %s: %w", s.readTimeout, err)
+			return lockapi.Statement{}, fmt.Errorf("no whole reply within RAIL_READ_TIMEOUT %s: %w", s.readTimeout, err)
 		}
-		return Statement{}, err
+		return lockapi.Statement{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStatementReply+1))
 	if err != nil {
-		return Statement{}, fmt.Errorf("reading the rail's reply: %w", err)
+		return lockapi.Statement{}, fmt.Errorf("reading the rail's reply: %w", err)
 	}
 	if len(b) > maxStatementReply {
-		return Statement{}, fmt.Errorf("the rail's reply exceeds %d bytes", maxStatementReply)
+		return lockapi.Statement{}, fmt.Errorf("the rail's reply exceeds %d bytes", maxStatementReply)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
+		return lockapi.Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
 	}
 	var page struct {
 		Calls []railCall `json:"calls"`
 	}
 	if err := json.Unmarshal(b, &page); err != nil || page.Calls == nil {
-		return Statement{}, errors.New("the rail's reply is not a page of calls")
+		return lockapi.Statement{}, errors.New("the rail's reply is not a page of calls")
 	}
 	if len(page.Calls) > limit {
-		return Statement{}, fmt.Errorf("the rail returned %d calls, %d were asked for", len(page.Calls), limit)
+		return lockapi.Statement{}, fmt.Errorf("the rail returned %d calls, %d were asked for", len(page.Calls), limit)
 	}
-	st := Statement{Lines: make([]StatementLine, 0, len(page.Calls))}
+	st := lockapi.Statement{Lines: make([]lockapi.StatementLine, 0, len(page.Calls))}
 	prev := after
 	for _, c := range page.Calls {
 		switch {
 		case c.Seq <= prev:
-			return Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", c.Seq, prev)
-		case c.Result != "ACCEPTED" && c.Result != "DECLINED":
-			return Statement{}, fmt.Errorf("call %d has result %q, neither ACCEPTED nor DECLINED", c.Seq, c.Result)
+			return lockapi.Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", c.Seq, prev)
+		case c.Result != lockapi.ResultAccepted && c.Result != lockapi.ResultDeclined:
+			return lockapi.Statement{}, fmt.Errorf("call %d has result %q, neither ACCEPTED nor DECLINED", c.Seq, c.Result)
 		case c.Reference == "" || c.AccountID == "" || c.Currency == "":
-			return Statement{}, fmt.Errorf("call %d lacks its reference, account or currency", c.Seq)
+			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account or currency", c.Seq)
 		}
 		prev = c.Seq
-		st.Lines = append(st.Lines, StatementLine{
+		st.Lines = append(st.Lines, lockapi.StatementLine{
 			Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
 			AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result,
 			RailReference: c.RailReference, DeclineReason: c.Reason,

@@ -17,7 +17,7 @@ import (
 
 // getStatement reads GET /v1/rail/statement?query into a Statement (200) or a
 // problem (anything else).
-func getStatement(t testing.TB, p *proxy, query string) (int, Statement, map[string]any) {
+func getStatement(t testing.TB, p *proxy, query string) (int, lockapi.Statement, map[string]any) {
 	t.Helper()
 	resp, err := testHTTP.Get(p.URL + "/v1/rail/statement" + query)
 	if err != nil {
@@ -30,7 +30,7 @@ func getStatement(t testing.TB, p *proxy, query string) (int, Statement, map[str
 		if err := json.Unmarshal(b, &prob); err != nil || resp.Header.Get("Content-Type") != lockapi.ContentTypeProblem {
 			t.Fatalf("statement%s: %d %q is not problem+json", query, resp.StatusCode, b)
 		}
-		return resp.StatusCode, Statement{}, prob
+		return resp.StatusCode, lockapi.Statement{}, prob
 	}
 	var raw struct {
 		Lines []map[string]any `json:"lines"`
@@ -52,7 +52,7 @@ func getStatement(t testing.TB, p *proxy, query string) (int, Statement, map[str
 			t.Fatalf("statement line has members %v, want the nine of C6", keys)
 		}
 	}
-	var st Statement
+	var st lockapi.Statement
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestStatementIsTheRailsCallLog(t *testing.T) {
 	}
 	for i, c := range calls {
 		l := all.Lines[i]
-		want := StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
+		want := lockapi.StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
 			AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result}
 		if c.RailReference != "" {
 			want.RailReference = &c.RailReference
