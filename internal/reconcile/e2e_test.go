@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/invariants"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
@@ -210,6 +211,17 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 		}
 	}
 	t.Logf("settled from the statement: %v; %d rail calls", outcomes, len(calls))
+
+	// The invariant checker, from ground truth, agrees: every invariant holds,
+	// the books close (7) included.
+	h, err := invariants.Load(ctx, e.st.Paydb, e.st.Lockdb, calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := invariants.Evaluate(h, invariants.Options{FencingEnabled: true, RequireSettled: true, Reconciled: true})
+	if !report.OK() || !report.Held(7) || report.Reconciliation == nil || report.Reconciliation.AmbiguousLeft != 0 {
+		t.Errorf("invariant checker: %v", report.Violations)
+	}
 
 	// The reconciler's copy is the rail's log, line for line.
 	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != len(calls) {
