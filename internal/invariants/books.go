@@ -21,11 +21,11 @@ var exceptionKinds = []string{"PRESENTED_TWICE", "AMOUNT_MISMATCH", "UNKNOWN_REF
 
 var booksCheckDefs = []checkDef{
 	{CheckAmbiguousLeft, 7, "AMBIGUOUS payouts after the final pass", true},
-	{CheckLedgerVsAccepted, 7, "currencies whose ledger is not what the rail accepted for our payouts", true},
+	{CheckLedgerVsAccepted, 7, "currencies whose ledger is not what the rail accepted", true},
 	{CheckPaidAcceptedOnce, 7, "PAID payouts without exactly one accepted call", true},
-	{CheckStatementCopy, 7, "statement lines the reconciler's copy lacks or has wrong", true},
+	{CheckStatementCopy, 7, "statement lines copied wrong or not at all", true},
 	{CheckExceptions, 7, "reconciliation exceptions (each needs a person)", true},
-	{CheckUnrecorded, 7, "disagreements in the rail's log no exception records", true},
+	{CheckUnrecorded, 7, "disagreements not recorded as exceptions", true},
 }
 
 // Reconciliation sums up what the reconciler did, from paydb's records: the

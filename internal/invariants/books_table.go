@@ -60,7 +60,7 @@ func booksRows(t *table, cols []Column) {
 			}
 			return out
 		}
-		t.row("  "+cur+": booked in the ledger", money(func(m Money) int64 { return m.Booked }))
-		t.row("  "+cur+": accepted by the rail for our payouts (must be equal)", money(func(m Money) int64 { return m.AcceptedForPayouts }))
+		t.row("  "+cur+" accepted by the rail for our payouts", money(func(m Money) int64 { return m.AcceptedForPayouts }))
+		t.row("  "+cur+" booked in the ledger (must equal the above)", money(func(m Money) int64 { return m.Booked }))
 	}
 }

@@ -68,7 +68,7 @@ func TestReconciledHistoryClosesTheBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"7 The books close", "AMBIGUOUS settled as PAID (booked)", "AMBIGUOUS settled as NOT_PRESENTED",
-		"PRESENTED_TWICE", "EUR: booked in the ledger", "accepted by the rail for our payouts (must be equal)", "PASS"} {
+		"PRESENTED_TWICE", "EUR booked in the ledger (must equal the above)", "EUR accepted by the rail for our payouts", "PASS"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}

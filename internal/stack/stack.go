@@ -41,7 +41,7 @@ type Options struct {
 	// ProxyAsChild runs rail-proxy as a child process (needed for CrashProxy).
 	ProxyAsChild bool
 	// Env adds or overrides settings (C5 variable names) per service:
-	// "rail-proxy", "rail-stub", "lock-server", "payment-resource".
+	// "rail-proxy", "rail-stub", "lock-server", "payment-resource", "reconciler".
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
 	Log io.Writer
