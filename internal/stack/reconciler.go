@@ -95,19 +95,33 @@ func (r *Reconciler) completedPasses(ctx context.Context) (float64, error) {
 	return r.Metric(ctx, `reconciler_pass_total{result="completed"}`)
 }
 
+// lastDeadlineSQL is the latest moment a settle window starts from, as the
+// reconciler's rules read it (C6): every attempt's submitted_at, and the
+// updated_at of an AMBIGUOUS or PAID payout without a forwardable attempt (a PAID
+// payout settled from the statement has its ACCEPTED line by construction, so
+// its window never matters). Before any attempt: paydb's now().
+const lastDeadlineSQL = `
+SELECT coalesce(greatest(
+         (SELECT max(submitted_at) FROM rail_submission),
+         (SELECT max(p.updated_at) FROM payout p
+           WHERE p.status IN ('AMBIGUOUS','PAID')
+             AND NOT EXISTS (SELECT 1 FROM rail_submission s WHERE s.payout_id = p.payout_id
+                              AND (s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT'))))),
+       now())`
+
 // FinalPass waits for the final pass: a pass of r that completed and whose whole
-// read of the statement began after every attempt's settle window had passed.
-// Call it once nothing reaches rail-proxy any more (executors stopped): every
-// attempt's submitted_at is then at most paydb's now() at the call, so once the
-// cursor's read_at — the start of a complete read, on paydb's clock — is later
-// than that now() plus settleAfter, a pass that completes after that moment has
-// settled everything that can be settled. It returns that moment's read_at.
+// read of the statement began after every settle window had passed. Call it once
+// nothing reaches rail-proxy any more (executors stopped), with r the only
+// reconciler: once the cursor's read_at — the start of a complete read, on
+// paydb's clock — is later than the last window's start plus settleAfter, the
+// next pass of r to complete has settled everything that can be settled and
+// recorded every exception due. It returns that read_at.
 func (s *Stack) FinalPass(ctx context.Context, r *Reconciler, settleAfter time.Duration) (time.Time, error) {
-	var quiet time.Time
-	if err := s.Paydb.QueryRow(ctx, `SELECT now()`).Scan(&quiet); err != nil {
-		return time.Time{}, fmt.Errorf("stack: paydb clock: %w", err)
+	var last time.Time
+	if err := s.Paydb.QueryRow(ctx, lastDeadlineSQL).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("stack: the last settle window: %w", err)
 	}
-	threshold := quiet.Add(settleAfter)
+	threshold := last.Add(settleAfter)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	wait := func() error {
