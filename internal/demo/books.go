@@ -59,16 +59,16 @@ func writeBooks(w io.Writer, runs []*Result) {
 			continue
 		}
 		settled := rec.SettledPaid + rec.SettledDeclined + rec.SettledNotPresented
-		fmt.Fprintf(w, "Fencing %s: the reconciler settled %d AMBIGUOUS payouts from the rail's statement (%d PAID, %d DECLINED,\n"+
-			"%d NOT_PRESENTED), left %d AMBIGUOUS, and recorded %d exceptions", onOff(r.Fencing), settled,
+		fmt.Fprintf(w, "Reconciliation, fencing %s: %d AMBIGUOUS payouts settled from the rail's statement\n"+
+			"(%d PAID, %d DECLINED, %d NOT_PRESENTED), %d left, %d exceptions", onOff(r.Fencing), settled,
 			rec.SettledPaid, rec.SettledDeclined, rec.SettledNotPresented, rec.AmbiguousLeft, rec.ExceptionTotal())
 		if n := rec.Exceptions["PRESENTED_TWICE"]; n > 0 {
 			fmt.Fprintf(w, " (%d double payments)", n)
 		}
 		if r.Report.Held(7) {
-			fmt.Fprintln(w, "; the books close: booked in the ledger = accepted by the rail.")
+			fmt.Fprintln(w, ": the books close\n(booked in the ledger = accepted by the rail).")
 		} else {
-			fmt.Fprintln(w, "; the books do NOT close (invariant 7).")
+			fmt.Fprintln(w, ": the books do NOT close (invariant 7).")
 		}
 	}
 }
