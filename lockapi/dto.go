@@ -35,6 +35,9 @@ const (
 	StatusPaid      = "PAID"
 	StatusDeclined  = "DECLINED"
 	StatusAmbiguous = "AMBIGUOUS"
+	// StatusNotPresented: the rail's statement proves the rail never received the
+	// payout; no money moved; final. Only the reconciler's settle sets it (C6).
+	StatusNotPresented = "NOT_PRESENTED"
 )
 
 // SubmissionRequest is the body of POST /v1/rail/submissions and, with the fencing

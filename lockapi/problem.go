@@ -27,6 +27,8 @@ const (
 	CodeLeaseLost           = "LEASE_LOST"
 	CodePayoutConflict      = "PAYOUT_CONFLICT"
 	CodePayoutFinal         = "PAYOUT_FINAL"
+	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle, C6).
+	CodeUnauthorized = "UNAUTHORIZED"
 )
 
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
@@ -47,6 +49,7 @@ var titles = map[string]string{
 	CodeLeaseLost:           "Lease lost",
 	CodePayoutConflict:      "Payout conflict",
 	CodePayoutFinal:         "Payout final",
+	CodeUnauthorized:        "Unauthorized",
 }
 
 // FieldError is one element of an INVALID_REQUEST answer's errors list.

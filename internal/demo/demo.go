@@ -73,6 +73,7 @@ type Settings struct {
 	PauseMs            int64   `json:"pauseMs"`
 	RailReadTimeoutMs  int64   `json:"railReadTimeoutMs"`
 	InterruptedAfterMs int64   `json:"interruptedAfterMs"`
+	SettleAfterMs      int64   `json:"reconcilerSettleAfterMs"`
 }
 
 // Run runs the configured scenario(s), writes the report and reports whether the
@@ -208,6 +209,7 @@ func settingsOf(cfg Config) Settings {
 		Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors, Workers: cfg.Workers,
 		Chaos: cfg.Chaos, PauseProbability: cfg.PauseProbability * cfg.Chaos, Crashes: cfg.Crashes, LeaseTTLMs: cfg.LeaseTTL.Milliseconds(), PauseMs: cfg.Pause.Milliseconds(),
 		RailReadTimeoutMs: cfg.RailReadTimeout.Milliseconds(), InterruptedAfterMs: cfg.InterruptedAfter().Milliseconds(),
+		SettleAfterMs: cfg.SettleAfter().Milliseconds(),
 	}
 }
 
@@ -227,9 +229,10 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath strin
 		extra[4].Values = append(extra[4].Values, strconv.Itoa(r.SlowWindows))
 	}
 	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
-		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s\n\n",
+		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s,\n"+
+		"RECONCILER_SETTLE_AFTER %s\n\n",
 		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, cfg.Chaos,
-		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter())
+		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter(), cfg.SettleAfter())
 	if err := invariants.WriteTable(w, cols, extra...); err != nil {
 		return err
 	}
@@ -240,6 +243,7 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath strin
 				"expired still reached the rail after a newer token had been admitted.\n", r.Report.Count(invariants.CheckStaleAdmission))
 		}
 	}
+	writeBooks(w, runs) // books.go
 	fmt.Fprintln(w, "Rail overtakes and presentations by superseded holders are reported, not failed: no gate in\n"+
 		"front of a memoryless rail can order calls in flight, nor fence a token before the newer one\n"+
 		"reaches it. docs/lockdemo.md explains every row.")
@@ -267,7 +271,7 @@ func writeKeep(w io.Writer, runs []*Result) {
 			continue
 		}
 		fmt.Fprintf(w, "\nservers of the fencing-%s run, running until Ctrl-C:\n", onOff(r.Fencing))
-		for _, k := range []string{"lock-server", "payment-resource", "rail-proxy", "rail-stub", "paydb", "lockdb"} {
+		for _, k := range []string{"lock-server", "payment-resource", "rail-proxy", "rail-stub", "reconciler", "paydb", "lockdb"} {
 			fmt.Fprintf(w, "  %-17s %s\n", k, u[k])
 		}
 		fmt.Fprintf(w, "try:\n")
@@ -277,6 +281,9 @@ func writeKeep(w io.Writer, runs []*Result) {
 		fmt.Fprintf(w, "  curl -s '%s/v1/locks/account:acct-01/grants?limit=3'\n", u["lock-server"])
 		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^(rail_submission_total|lock_fenced_out_total|rail_proxy_fencing_enabled)'\n", u["rail-proxy"])
 		fmt.Fprintf(w, "  psql '%s' -c 'SELECT outcome, count(*) FROM rail_submission GROUP BY 1'\n", u["paydb"])
+		fmt.Fprintf(w, "  curl -s '%s/v1/rail/statement?limit=3'\n", u["rail-proxy"])
+		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^reconciler_(settled|exception)_total'\n", u["reconciler"])
+		fmt.Fprintf(w, "  psql '%s' -c 'SELECT kind, payout_id, seq, detail FROM reconciliation_exception'\n", u["paydb"])
 	}
 	fmt.Fprintln(w, "\nCtrl-C stops them.")
 }

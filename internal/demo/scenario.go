@@ -21,15 +21,18 @@ import (
 
 // Result is one finished run of the scenario.
 type Result struct {
-	Fencing     bool              `json:"fencingEnabled"`
-	Elapsed     time.Duration     `json:"-"`
-	ElapsedMs   int64             `json:"elapsedMs"`
-	Settled     bool              `json:"settled"` // every payout reached a final state within --max-duration
-	Pauses      int64             `json:"executorPauses"`
-	Crashes     int               `json:"proxyCrashes"`
-	SlowWindows int               `json:"slowRailWindows"`
-	Report      invariants.Report `json:"report"`
-	URLs        map[string]string `json:"urls,omitempty"` // with --keep
+	Fencing     bool          `json:"fencingEnabled"`
+	Elapsed     time.Duration `json:"-"`
+	ElapsedMs   int64         `json:"elapsedMs"`
+	Settled     bool          `json:"settled"` // every payout reached a final state within --max-duration
+	Pauses      int64         `json:"executorPauses"`
+	Crashes     int           `json:"proxyCrashes"`
+	SlowWindows int           `json:"slowRailWindows"`
+	// ReconcilerWaitMs is how long the run waited, after the executors stopped,
+	// for the reconciler's final pass (the settle window, then one pass).
+	ReconcilerWaitMs int64             `json:"reconcilerWaitMs"`
+	Report           invariants.Report `json:"report"`
+	URLs             map[string]string `json:"urls,omitempty"` // with --keep
 
 	stack *stack.Stack
 }
@@ -58,6 +61,7 @@ type scenario struct {
 	fencing bool
 	t       target
 	st      *stack.Stack
+	rec     *stack.Reconciler // settles the AMBIGUOUS payouts from the rail's statement (books.go)
 
 	fail chan error // an executor or the crash machinery failed: the run is void
 
@@ -117,7 +121,12 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 		return nil, err
 	}
 	// The executors have stopped, each after finishing any submission it had sent,
-	// so nothing reaches the rail any more: the ground truth is final.
+	// so nothing reaches the rail any more. The reconciler's final pass settles
+	// what they left AMBIGUOUS; then the ground truth is final.
+	waited, err := s.finalPass(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	calls, err := s.st.Stub.Calls(rctx)
@@ -134,7 +143,8 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	run.Pauses = s.pauses.Load()
 	run.Crashes = int(s.crashes.Load())
 	run.SlowWindows = int(s.slowWindows.Load())
-	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true})
+	run.ReconcilerWaitMs = waited.Milliseconds()
+	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true, Reconciled: true})
 	if cfg.Keep {
 		keep = true
 		run.URLs = map[string]string{
@@ -142,6 +152,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 			"payment-resource": s.st.PaymentURL,
 			"rail-proxy":       s.st.ProxyURL,
 			"rail-stub":        s.st.StubURL,
+			"reconciler":       s.rec.URL,
 		}
 	}
 	return run, nil
@@ -186,6 +197,10 @@ func (s *scenario) start(ctx context.Context) error {
 		err = errors.New("the given databases already hold payouts, submissions or locks; lockdemo judges everything in them, so it needs empty ones")
 	}
 	if err != nil {
+		_ = st.Close()
+		return err
+	}
+	if err := s.startReconciler(ctx); err != nil { // books.go
 		_ = st.Close()
 		return err
 	}

@@ -70,6 +70,16 @@ func TestFencedScenarioHoldsEveryInvariant(t *testing.T) {
 	if r.Report.Count(invariants.CheckStaleAdmission) != 0 {
 		t.Error("a stale admission with fencing on")
 	}
+	// The reconciler's final pass closed the books (invariant 7).
+	if rec := r.Report.Reconciliation; !r.Report.Held(7) || rec == nil || rec.AmbiguousLeft != 0 || rec.ExceptionTotal() != 0 ||
+		r.Report.Payouts.Ambiguous != 0 {
+		t.Errorf("the books did not close: held %t, %+v", r.Report.Held(7), rec)
+	}
+	for _, m := range r.Report.Money {
+		if m.Booked != m.AcceptedForPayouts {
+			t.Errorf("%s: booked %d, the rail accepted %d for our payouts", m.Currency, m.Booked, m.AcceptedForPayouts)
+		}
+	}
 	if t.Failed() {
 		var b strings.Builder
 		_ = r.Report.WriteTable(&b)

@@ -19,9 +19,12 @@ type Options struct {
 	// really bypass the check. Stale admissions are violations either way — with
 	// fencing off they are the hazard the run demonstrates.
 	FencingEnabled bool
-	// RequireSettled makes a payout that is not PAID, DECLINED or AMBIGUOUS a
-	// violation: the run waited for every payout to settle.
+	// RequireSettled makes a payout that is not PAID, DECLINED, AMBIGUOUS or
+	// NOT_PRESENTED a violation: the run waited for every payout to settle.
 	RequireSettled bool
+	// Reconciled says a reconciler made its final pass after the settle window
+	// (C6): invariant 7 is judged.
+	Reconciled bool
 }
 
 // evaluation holds the history, ordered and indexed, and the findings so far.
@@ -40,6 +43,8 @@ type evaluation struct {
 	grants   map[string][]Grant         // lock name → grants, by token
 	earliest map[string][]time.Time     // lock name → earliest acquired_at among grants[i:]
 	h        History
+
+	settlement map[string]Settlement // payout_id → how a settle moved it (books.go)
 }
 
 // Evaluate judges a history. It is a pure function of its arguments.
@@ -61,6 +66,7 @@ func Evaluate(h History, opts Options) Report {
 	r := Report{FencingEnabled: opts.FencingEnabled}
 	e.count(&r)
 	r.Money = e.money()
+	e.books(&r) // invariant 7, books.go
 	for _, m := range r.Money {
 		if m.Booked != m.AcceptedPaid {
 			e.add(CheckBooks, Finding{Detail: fmt.Sprintf(
@@ -102,6 +108,10 @@ func newEvaluation(h History, opts Options) *evaluation {
 	}
 	for _, g := range h.Grants {
 		e.grants[g.LockName] = append(e.grants[g.LockName], g)
+	}
+	e.settlement = map[string]Settlement{}
+	for _, st := range h.Settlements {
+		e.settlement[st.PayoutID] = st
 	}
 	for name, gs := range e.grants {
 		slices.SortFunc(gs, func(a, b Grant) int { return cmp.Compare(a.Token, b.Token) })
@@ -341,8 +351,9 @@ func (e *evaluation) attemptRows() {
 
 // ambiguity: every AMBIGUOUS payout rests on a TIMEOUT row; after a TIMEOUT row no
 // new attempt of that payout is admitted. A TIMEOUT row whose payout is not
-// AMBIGUOUS is reported: the ambiguity was not surfaced on the payout, e.g. it
-// was still CLAIMED when the run ended.
+// AMBIGUOUS, and was not settled from the statement either, is reported: the
+// ambiguity was not surfaced on the payout, e.g. it was still CLAIMED when the run
+// ended.
 func (e *evaluation) ambiguity() {
 	timeout := map[string]Submission{}
 	for _, s := range e.subs {
@@ -355,7 +366,7 @@ func (e *evaluation) ambiguity() {
 			if _, seen := timeout[s.PayoutID]; !seen {
 				timeout[s.PayoutID] = s
 			}
-			if p, ok := e.payout[s.PayoutID]; !ok || p.Status != "AMBIGUOUS" {
+			if p, ok := e.payout[s.PayoutID]; (!ok || p.Status != "AMBIGUOUS") && !e.settledFromStatement(s.PayoutID) {
 				status := "no payout row"
 				if ok {
 					status = "payout is " + p.Status
@@ -453,9 +464,11 @@ func (e *evaluation) ledgerEntries() {
 	}
 }
 
-// payoutsVsRail: a PAID payout rests on an ACKED row and an accepted call carrying
-// its rail reference; a DECLINED one on a REJECTED row, and the rail never
-// accepted it. A call for a payout the system does not know is money moved for
+// payoutsVsRail: a PAID payout rests on an ACKED row (or, settled from the
+// statement, on a TIMEOUT row and that settle) and an accepted call carrying its
+// rail reference; a DECLINED one on a REJECTED row or a DECLINED settle, and the
+// rail never accepted it; a NOT_PRESENTED one on its settle, and the rail was
+// never presented it. A call for a payout the system does not know is money moved for
 // nobody. AMBIGUOUS payouts the rail accepted are reported: money moved, not
 // booked, for reconciliation from the rail's records.
 func (e *evaluation) payoutsVsRail() {
@@ -470,8 +483,12 @@ func (e *evaluation) payoutsVsRail() {
 		f := Finding{AccountID: p.AccountID, PayoutID: p.PayoutID}
 		switch p.Status {
 		case "PAID":
+			settled, byStatement := e.settlement[p.PayoutID]
 			switch {
-			case !hasRow("ACKED", &p.RailReference):
+			case byStatement && (settled.Outcome != "PAID" || settled.RailReference != p.RailReference || !hasRow("TIMEOUT", nil)):
+				f.Detail = fmt.Sprintf("PAID with rail reference %q, but its settle says %s %q, or no TIMEOUT row made it AMBIGUOUS",
+					p.RailReference, settled.Outcome, settled.RailReference)
+			case !byStatement && !hasRow("ACKED", &p.RailReference):
 				f.Detail = fmt.Sprintf("PAID with rail reference %q, but no ACKED row carries it", p.RailReference)
 			case !slices.ContainsFunc(calls, func(c railstub.Call) bool {
 				return c.Result == railstub.ResultAccepted && c.RailReference == p.RailReference && c.AmountMinor == p.AmountMinor && c.Currency == p.Currency
@@ -483,10 +500,20 @@ func (e *evaluation) payoutsVsRail() {
 			}
 		case "DECLINED":
 			switch {
-			case !hasRow("REJECTED", nil):
-				f.Detail = "DECLINED, but no REJECTED row"
+			case !hasRow("REJECTED", nil) && !e.settledAs(p.PayoutID, "DECLINED"):
+				f.Detail = "DECLINED, but no REJECTED row and no settle from the statement"
 			case accepted:
 				f.Detail = "DECLINED, but the rail accepted it: money moved"
+			default:
+				continue
+			}
+		case "NOT_PRESENTED":
+			switch {
+			case !e.settledAs(p.PayoutID, "NOT_PRESENTED"):
+				f.Detail = "NOT_PRESENTED, but no settle from the statement made it so"
+			case len(calls) > 0:
+				f.Detail = fmt.Sprintf("NOT_PRESENTED, but the rail was presented it (call %d, %s)", calls[0].Seq, calls[0].Result)
+				f.Seq = calls[0].Seq
 			default:
 				continue
 			}
@@ -549,6 +576,8 @@ func (e *evaluation) count(r *Report) {
 			r.Payouts.Declined++
 		case "AMBIGUOUS":
 			r.Payouts.Ambiguous++
+		case "NOT_PRESENTED":
+			r.Payouts.NotPresented++
 		}
 	}
 	for _, c := range e.calls {
@@ -605,6 +634,9 @@ func (e *evaluation) money() []Money {
 		m := get(c.Currency)
 		amount := c.AmountMinor
 		m.RailAccepted += amount
+		if _, ours := e.payout[c.Reference]; ours {
+			m.AcceptedForPayouts += amount
+		}
 		if acceptedBefore[c.Reference] {
 			m.DoublePaid += amount
 			continue
@@ -643,7 +675,10 @@ func (e *evaluation) fill(r *Report) {
 			r.Notes = append(r.Notes, fs...)
 		}
 	}
-	for _, n := range []int{1, 2, 3, 4, 5, 6, 0} {
+	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 0} {
+		if n == 7 && !e.opts.Reconciled {
+			continue
+		}
 		r.Invariants = append(r.Invariants, Verdict{Invariant: n, Name: invariantName(n), Held: broken[n] == 0, Violations: broken[n]})
 	}
 	if r.Violations == nil {

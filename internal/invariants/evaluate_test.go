@@ -181,7 +181,7 @@ func TestCleanHistoryHoldsEveryInvariant(t *testing.T) {
 		t.Errorf("submissions = %+v, want %+v", r.Submissions, wantSubs)
 	}
 	// Accepted: p1 1000, p6 6000, p3 3000 (AMBIGUOUS), p4 4000, p5 5000.
-	wantMoney := []Money{{Currency: "EUR", RailAccepted: 19000, AcceptedPaid: 16000, AcceptedAmbiguous: 3000, Booked: 16000}}
+	wantMoney := []Money{{Currency: "EUR", RailAccepted: 19000, AcceptedPaid: 16000, AcceptedAmbiguous: 3000, Booked: 16000, AcceptedForPayouts: 19000}}
 	if !slices.Equal(r.Money, wantMoney) {
 		t.Errorf("money = %+v, want %+v", r.Money, wantMoney)
 	}

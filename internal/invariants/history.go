@@ -1,7 +1,9 @@
-// Package invariants judges a finished run of the system against the six
-// invariants of the spec (and the books: ledger against rail), from ground truth
-// only: what the rail-stub was presented, and what paydb and lockdb hold. It
-// never asks a service what it believes happened.
+// Package invariants judges a finished run of the system against the invariants
+// of the spec (1–6, and 7, the books close, when a reconciler made its final
+// pass), from ground truth only: what the rail-stub was presented, and what paydb
+// and lockdb hold. It never asks a service what it believes happened; the
+// reconciler's copy of the statement is checked against the rail-stub's log, never
+// used in its place.
 //
 // Load reads a History; Evaluate, a pure function, turns it into a Report, which
 // renders as a text table or JSON. Tests build histories by hand.
@@ -21,6 +23,14 @@ type History struct {
 	Payouts     []Payout         // payout
 	Ledger      []LedgerEntry    // ledger_entry
 	Grants      []Grant          // lock_grant, every lock
+
+	// The reconciler's records (C6), judged against Calls: its copy of the
+	// statement, its exceptions and its cursor (nil when no reconciler ever ran),
+	// and payment-resource's record of each settle.
+	StatementLines []StatementLine // rail_statement_line
+	Exceptions     []Exception     // reconciliation_exception
+	Cursor         *Cursor         // reconciler_cursor
+	Settlements    []Settlement    // payout_settlement
 }
 
 // Submission is one rail_submission row. Outcome is empty while the row is
@@ -84,9 +94,10 @@ type Payout struct {
 	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
-// Final reports whether nothing can move the payout any more.
+// Final reports whether no executor can move the payout any more (AMBIGUOUS only
+// a reconciler's settle moves).
 func (p Payout) Final() bool {
-	return p.Status == "PAID" || p.Status == "DECLINED" || p.Status == "AMBIGUOUS"
+	return p.Status == "PAID" || p.Status == "DECLINED" || p.Status == "AMBIGUOUS" || p.Status == "NOT_PRESENTED"
 }
 
 // LedgerEntry is one ledger_entry row; AmountMinor is negative (a debit).
@@ -109,4 +120,41 @@ type Grant struct {
 	TTLMs      int64      `json:"ttlMs"`
 	ExpiresAt  time.Time  `json:"expiresAt"`
 	ReleasedAt *time.Time `json:"releasedAt"`
+}
+
+// StatementLine is one rail_statement_line row: the reconciler's copy of a line of
+// the rail's statement. RailReference and DeclineReason are empty when NULL.
+type StatementLine struct {
+	Seq           int64     `json:"seq"`
+	ReceivedAt    time.Time `json:"receivedAt"`
+	Reference     string    `json:"reference"`
+	AccountID     string    `json:"accountId"`
+	AmountMinor   int64     `json:"amountMinor"`
+	Currency      string    `json:"currency"`
+	Result        string    `json:"result"`
+	RailReference string    `json:"railReference,omitempty"`
+	DeclineReason string    `json:"declineReason,omitempty"`
+}
+
+// Exception is one reconciliation_exception row; PayoutID empty and Seq 0 when NULL.
+type Exception struct {
+	ExceptionID int64  `json:"exceptionId"`
+	Kind        string `json:"kind"`
+	PayoutID    string `json:"payoutId,omitempty"`
+	Seq         int64  `json:"seq,omitempty"`
+	Detail      string `json:"detail"`
+}
+
+// Cursor is the reconciler_cursor row.
+type Cursor struct {
+	LastSeq int64      `json:"lastSeq"`
+	ReadAt  *time.Time `json:"readAt"`
+}
+
+// Settlement is one payout_settlement row: how a settle moved an AMBIGUOUS payout.
+type Settlement struct {
+	PayoutID      string `json:"payoutId"`
+	Outcome       string `json:"outcome"`
+	RailReference string `json:"railReference,omitempty"`
+	StatementSeq  int64  `json:"statementSeq,omitempty"`
 }

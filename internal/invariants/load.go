@@ -34,6 +34,24 @@ SELECT entry_id, payout_id, account_id, amount_minor, currency, posted_token, cr
   FROM ledger_entry
  ORDER BY entry_id`
 
+	selectStatementLines = `
+SELECT seq, received_at, reference, account_id, amount_minor, currency, result,
+       coalesce(rail_reference, ''), coalesce(decline_reason, '')
+  FROM rail_statement_line
+ ORDER BY seq`
+
+	selectExceptions = `
+SELECT exception_id, kind, coalesce(payout_id, ''), coalesce(seq, 0), detail
+  FROM reconciliation_exception
+ ORDER BY exception_id`
+
+	selectCursor = `SELECT last_seq, read_at FROM reconciler_cursor`
+
+	selectSettlements = `
+SELECT payout_id, outcome, coalesce(rail_reference, ''), coalesce(statement_seq, 0)
+  FROM payout_settlement
+ ORDER BY payout_id`
+
 	selectGrants = `
 SELECT lock_name, token, owner_id, acquired_at, ttl_ms, expires_at, released_at
   FROM lock_grant
@@ -92,6 +110,9 @@ func Load(ctx context.Context, paydb, lockdb *pgxpool.Pool, calls []railstub.Cal
 	if err != nil {
 		return h, err
 	}
+	if err := loadReconciliation(ctx, paydb, &h); err != nil {
+		return h, err
+	}
 	h.Grants, err = query(ctx, lockdb, "lock_grant", selectGrants, func(r pgx.CollectableRow) (Grant, error) {
 		var g Grant
 		err := r.Scan(&g.LockName, &g.Token, &g.OwnerID, &g.AcquiredAt, &g.TTLMs, &g.ExpiresAt, &g.ReleasedAt)
@@ -113,4 +134,44 @@ func query[T any](ctx context.Context, pool *pgxpool.Pool, table, sql string, sc
 		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
 	return out, nil
+}
+
+// loadReconciliation reads the reconciler's tables and payment-resource's
+// settlement records (C6).
+func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) error {
+	var err error
+	h.StatementLines, err = query(ctx, paydb, "rail_statement_line", selectStatementLines, func(r pgx.CollectableRow) (StatementLine, error) {
+		var l StatementLine
+		err := r.Scan(&l.Seq, &l.ReceivedAt, &l.Reference, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Result,
+			&l.RailReference, &l.DeclineReason)
+		return l, err
+	})
+	if err != nil {
+		return err
+	}
+	h.Exceptions, err = query(ctx, paydb, "reconciliation_exception", selectExceptions, func(r pgx.CollectableRow) (Exception, error) {
+		var x Exception
+		err := r.Scan(&x.ExceptionID, &x.Kind, &x.PayoutID, &x.Seq, &x.Detail)
+		return x, err
+	})
+	if err != nil {
+		return err
+	}
+	cursors, err := query(ctx, paydb, "reconciler_cursor", selectCursor, func(r pgx.CollectableRow) (Cursor, error) {
+		var c Cursor
+		err := r.Scan(&c.LastSeq, &c.ReadAt)
+		return c, err
+	})
+	if err != nil {
+		return err
+	}
+	if len(cursors) == 1 {
+		h.Cursor = &cursors[0]
+	}
+	h.Settlements, err = query(ctx, paydb, "payout_settlement", selectSettlements, func(r pgx.CollectableRow) (Settlement, error) {
+		var s Settlement
+		err := r.Scan(&s.PayoutID, &s.Outcome, &s.RailReference, &s.StatementSeq)
+		return s, err
+	})
+	return err
 }

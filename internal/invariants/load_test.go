@@ -86,11 +86,57 @@ func TestLoad(t *testing.T) {
 		t.Errorf("grants: %+v", h.Grants)
 	}
 
+	if h.Cursor != nil || len(h.StatementLines) != 0 || len(h.Exceptions) != 0 || len(h.Settlements) != 0 {
+		t.Errorf("reconciler records before any reconciler ran: %+v %+v %+v %+v", h.Cursor, h.StatementLines, h.Exceptions, h.Settlements)
+	}
+
 	r := Evaluate(h, Options{FencingEnabled: true})
 	if !r.OK() || r.Payouts.Claimed != 1 || r.Submissions.Unresolved != 1 {
 		t.Errorf("report of the loaded history: %+v", r)
 	}
 	if r := Evaluate(h, Options{FencingEnabled: true, RequireSettled: true}); r.Count(CheckUnsettled) != 1 {
 		t.Errorf("the CLAIMED payout should be unsettled: %v", r.Violations)
+	}
+}
+
+// TestLoadReconciliation reads the reconciler's tables and the settle records:
+// NULLs become the documented zero values.
+func TestLoadReconciliation(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	paydb := pgtest.Pool(t, pgtest.PaydbURL(t))
+	lockdb := pgtest.Pool(t, pgtest.LockdbURL(t))
+	for _, sql := range []string{
+		`INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary, status) VALUES
+			('p1', 'acct-A', 1000, 'EUR', 'NL91ABNA0417164300', 'PAID'), ('p2', 'acct-A', 2000, 'EUR', 'NL91ABNA0417164300', 'NOT_PRESENTED')`,
+		`INSERT INTO payout_settlement (payout_id, outcome, rail_reference, statement_seq) VALUES ('p1', 'PAID', 'RS-1', 1), ('p2', 'NOT_PRESENTED', NULL, NULL)`,
+		`INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, result, rail_reference, decline_reason) VALUES
+			(1, '2025-03-01T12:00:01.5Z', 'p1', 'acct-A', 1000, 'EUR', 'ACCEPTED', 'RS-1', NULL),
+			(2, '2025-03-01T12:00:02Z', 'zz', 'acct-Z', 5, 'EUR', 'DECLINED', NULL, 'no')`,
+		`INSERT INTO reconciliation_exception (kind, payout_id, seq, detail) VALUES ('UNKNOWN_REFERENCE', NULL, 2, 'zz')`,
+		`INSERT INTO reconciler_cursor (last_seq, read_at) VALUES (2, '2025-03-01T12:00:03Z')`,
+	} {
+		if _, err := paydb.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	h, err := Load(ctx, paydb, lockdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.StatementLines) != 2 || h.StatementLines[0].RailReference != "RS-1" || h.StatementLines[0].DeclineReason != "" ||
+		!h.StatementLines[0].ReceivedAt.Equal(at(1.5)) || h.StatementLines[1].DeclineReason != "no" || h.StatementLines[1].RailReference != "" {
+		t.Errorf("statement lines: %+v", h.StatementLines)
+	}
+	if len(h.Exceptions) != 1 || h.Exceptions[0].Kind != "UNKNOWN_REFERENCE" || h.Exceptions[0].PayoutID != "" || h.Exceptions[0].Seq != 2 {
+		t.Errorf("exceptions: %+v", h.Exceptions)
+	}
+	if h.Cursor == nil || h.Cursor.LastSeq != 2 || h.Cursor.ReadAt == nil || !h.Cursor.ReadAt.Equal(at(3)) {
+		t.Errorf("cursor: %+v", h.Cursor)
+	}
+	if len(h.Settlements) != 2 || h.Settlements[0] != (Settlement{PayoutID: "p1", Outcome: "PAID", RailReference: "RS-1", StatementSeq: 1}) ||
+		h.Settlements[1] != (Settlement{PayoutID: "p2", Outcome: "NOT_PRESENTED"}) {
+		t.Errorf("settlements: %+v", h.Settlements)
 	}
 }

@@ -30,6 +30,14 @@ const (
 	CheckUnsettled         CheckID = "unsettled"          // fails only with Options.RequireSettled
 	CheckAmbiguousAccepted CheckID = "ambiguous_accepted" // reported, not failed
 	CheckFencingSwitch     CheckID = "fenced_with_fencing_off"
+	// Invariant 7: the books close (only for a run whose reconciler made its final
+	// pass: Options.Reconciled).
+	CheckAmbiguousLeft    CheckID = "ambiguous_after_final_pass"
+	CheckLedgerVsAccepted CheckID = "ledger_vs_rail_accepted"
+	CheckPaidAcceptedOnce CheckID = "paid_without_one_accepted_call"
+	CheckStatementCopy    CheckID = "statement_copy"
+	CheckExceptions       CheckID = "reconciliation_exceptions"
+	CheckUnrecorded       CheckID = "unrecorded_disagreements"
 )
 
 // Report is what Evaluate makes of a History. Its JSON form is lockdemo's --json.
@@ -39,8 +47,11 @@ type Report struct {
 	RailCalls      CallCounts       `json:"railCalls"`
 	Submissions    SubmissionCounts `json:"submissions"`
 	Money          []Money          `json:"money"` // one per currency, by code
+	// Reconciliation is what the reconciler settled and recorded (C6); nil when
+	// the run had no reconciler.
+	Reconciliation *Reconciliation `json:"reconciliation,omitempty"`
 
-	Invariants []Verdict `json:"invariants"` // 1–6, then 0 (cross-checks)
+	Invariants []Verdict `json:"invariants"` // 1–6 (7 when reconciled), then 0 (cross-checks)
 	Checks     []Check   `json:"checks"`
 
 	// Violations are the findings of failing checks; Notes those of checks that
@@ -57,6 +68,8 @@ type PayoutCounts struct {
 	Paid      int `json:"paid"`
 	Declined  int `json:"declined"`
 	Ambiguous int `json:"ambiguous"`
+	// NotPresented: settled from the statement, which proves the rail never got them.
+	NotPresented int `json:"notPresented"`
 }
 
 // CallCounts counts what the rail was presented. Dropped calls are accepted
@@ -98,6 +111,10 @@ type Money struct {
 	AcceptedOther     int64  `json:"acceptedOther"`
 	DoublePaid        int64  `json:"doublePaid"`
 	Booked            int64  `json:"booked"`
+	// AcceptedForPayouts is every accepted call whose reference is a payout, a
+	// double payment's every call included: what the books must equal once they
+	// close (invariant 7).
+	AcceptedForPayouts int64 `json:"acceptedForPayouts"`
 }
 
 // Verdict is one invariant's result.
@@ -177,6 +194,8 @@ func invariantName(n int) string {
 		return "Ambiguity is never retried"
 	case 6:
 		return "The mark survives everything"
+	case 7:
+		return "The books close"
 	default:
 		return "Cross-checks: books and settings"
 	}
@@ -213,6 +232,9 @@ func checkDefs(opts Options) []checkDef {
 	}
 	if !opts.FencingEnabled {
 		defs = append(defs, checkDef{CheckFencingSwitch, 0, "FENCED rows with fencing off", true})
+	}
+	if opts.Reconciled {
+		defs = append(defs, booksCheckDefs...)
 	}
 	return defs
 }

@@ -68,6 +68,7 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 	t.row("  PAID", num(func(r Report) int { return r.Payouts.Paid }))
 	t.row("  DECLINED", num(func(r Report) int { return r.Payouts.Declined }))
 	t.row("  AMBIGUOUS (reconcile from the rail's records)", num(func(r Report) int { return r.Payouts.Ambiguous }))
+	t.row("  NOT_PRESENTED (the rail never got them)", num(func(r Report) int { return r.Payouts.NotPresented }))
 	t.row("  not settled (PENDING, CLAIMED)", num(func(r Report) int { return r.Payouts.Pending + r.Payouts.Claimed }))
 	t.row("rail calls (what the rail was presented)", num(func(r Report) int { return r.RailCalls.Total }))
 	t.row("  accepted (money moved)", num(func(r Report) int { return r.RailCalls.Accepted }))
@@ -111,6 +112,7 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 		t.row("  for other payouts", money(func(m Money) int64 { return m.AcceptedOther }))
 	}
 
+	booksRows(&t, cols) // books_table.go
 	t.gap()
 	for _, v := range orderedInvariants(cols) {
 		label := fmt.Sprintf("%d %s", v, invariantName(v))

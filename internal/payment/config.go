@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lock.dev/internal/serve"
+	"lock.dev/lockapi"
 )
 
 // ServiceName is the service field of every log line and the binary's name.
@@ -32,6 +33,7 @@ type Config struct {
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
+	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint (C6)
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -69,6 +71,12 @@ func (c Config) Validate() error {
 	}
 	if c.PaydbMaxConns < 1 || c.PaydbMaxConns > maxMaxConns {
 		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d", maxMaxConns)
+	}
+	if c.SettleToken != "" {
+		if err := lockapi.ValidateBearerToken(c.SettleToken); err != nil {
+			// Never echo the value: it is a secret.
+			return serve.Invalid("PAYMENT_SETTLE_TOKEN", "%s", problem(err))
+		}
 	}
 	if c.DBTimeout < 0 {
 		return fmt.Errorf("payment: DBTimeout must not be negative")
@@ -110,6 +118,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		"paydb pool size; a request waiting longer than 2s for paydb answers 503")
 	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
 		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+	s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
+		"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
 	switch cmd {
 	case "serve", "migrate":
 	case "help":

@@ -18,6 +18,8 @@ type handlers struct {
 	metrics   *metrics
 	logger    *slog.Logger
 	dbTimeout time.Duration
+
+	settleToken string // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.

@@ -14,10 +14,14 @@ import (
 type metrics struct {
 	fencedOut   *prometheus.CounterVec // lock_fenced_out_total{resource}
 	transitions *prometheus.CounterVec // payout_transition_total{to}
+	settles     *prometheus.CounterVec // payout_settle_total{outcome} (C6)
 }
 
 // transitionLabels is the closed set of payout_transition_total's "to".
-var transitionLabels = []string{"claimed", "paid", "declined", "ambiguous"}
+var transitionLabels = []string{"claimed", "paid", "declined", "ambiguous", "not_presented"}
+
+// settleLabels is the closed set of payout_settle_total's "outcome".
+var settleLabels = []string{"paid", "declined", "not_presented"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -29,8 +33,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "payout_transition_total",
 			Help: "Payout state changes, by the state entered.",
 		}, []string{"to"}),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payout_settle_total",
+			Help: "AMBIGUOUS payouts settled from the rail's statement, by outcome (identical repeats not counted).",
+		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.fencedOut, m.transitions} {
+	for _, c := range []prometheus.Collector{m.fencedOut, m.transitions, m.settles} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -39,15 +47,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, to := range transitionLabels {
 		m.transitions.WithLabelValues(to)
 	}
+	for _, o := range settleLabels {
+		m.settles.WithLabelValues(o)
+	}
 	return m, nil
 }
 
 func (m *metrics) fenced() { m.fencedOut.WithLabelValues("payout").Inc() }
 
-// transitioned counts entering status, one of CLAIMED, PAID, DECLINED, AMBIGUOUS.
+// transitioned counts entering status, one of CLAIMED, PAID, DECLINED, AMBIGUOUS,
+// NOT_PRESENTED.
 func (m *metrics) transitioned(status string) {
 	switch status {
-	case lockapi.StatusClaimed, lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous:
+	case lockapi.StatusClaimed, lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous, lockapi.StatusNotPresented:
 		m.transitions.WithLabelValues(strings.ToLower(status)).Inc()
 	}
+}
+
+// settled counts a settle that moved a payout to status: a transition, and a settle.
+func (m *metrics) settled(status string) {
+	m.transitioned(status)
+	m.settles.WithLabelValues(strings.ToLower(status)).Inc()
 }

@@ -26,8 +26,11 @@ func TestMetricsZeroInitialised(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	series := []string{`lock_fenced_out_total{resource="payout"}`}
-	for _, to := range []string{"claimed", "paid", "declined", "ambiguous"} {
+	for _, to := range []string{"claimed", "paid", "declined", "ambiguous", "not_presented"} {
 		series = append(series, fmt.Sprintf(`payout_transition_total{to=%q}`, to))
+	}
+	for _, o := range []string{"paid", "declined", "not_presented"} {
+		series = append(series, fmt.Sprintf(`payout_settle_total{outcome=%q}`, o))
 	}
 	for _, s := range series {
 		if v := e.metric(t, s); v != 0 {
@@ -282,6 +285,8 @@ func TestParseConfig(t *testing.T) {
 		{nil, map[string]string{"PAYDB_URL": "postgres://u:secret@db:notaport/x"}, "PAYDB_URL"},
 		{[]string{"frobnicate"}, nil, "frobnicate"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{nil, map[string]string{"PAYMENT_SETTLE_TOKEN": "secret-but-short"[:10]}, "PAYMENT_SETTLE_TOKEN"},
+		{nil, map[string]string{"PAYMENT_SETTLE_TOKEN": "secret with spaces in it"}, "PAYMENT_SETTLE_TOKEN"},
 	} {
 		_, _, err := payment.ParseConfig(tc.args, env(tc.env))
 		var ue *serve.UsageError
@@ -298,7 +303,7 @@ func TestParseConfig(t *testing.T) {
 	if !errors.Is(err, serve.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate"} {
+	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate", "PAYMENT_SETTLE_TOKEN"} {
 		if !strings.Contains(usage.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, usage.String())
 		}

@@ -124,10 +124,11 @@ func parseListQuery(q url.Values) (listFilter, []lockapi.FieldError) {
 	}
 	if v, ok := get("status"); ok {
 		switch v {
-		case lockapi.StatusPending, lockapi.StatusClaimed, lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous:
+		case lockapi.StatusPending, lockapi.StatusClaimed, lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous,
+			lockapi.StatusNotPresented:
 			f.Status = v
 		default:
-			add("status", "must be PENDING, CLAIMED, PAID, DECLINED or AMBIGUOUS")
+			add("status", "must be PENDING, CLAIMED, PAID, DECLINED, AMBIGUOUS or NOT_PRESENTED")
 		}
 	}
 	if v, ok := get("accountId"); ok {

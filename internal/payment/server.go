@@ -28,6 +28,9 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 	mux.HandleFunc("GET /v1/payouts/{id}", h.get)
 	mux.HandleFunc("POST /v1/payouts/{id}/claim", h.claim)
 	mux.HandleFunc("POST /v1/payouts/{id}/post", h.post)
+	if h.settleToken != "" { // C6: no token, no settle endpoint (404)
+		mux.HandleFunc("POST /v1/payouts/{id}/settle", h.settle)
+	}
 	serve.Mount(mux, health, reg)
 	return serve.Handler(mux, h.logger)
 }
@@ -68,13 +71,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
-	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout()}
+	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken}
 
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {
 		return err
 	}
-	logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String())
+	logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
+		"settleEndpoint", cfg.SettleToken != "")
 	return serve.Serve(ctx, ln, newServer(h, health, reg), health, logger)
 }
 

@@ -386,8 +386,106 @@ func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner stri
 		})
 }
 
+// settleSQL: only an AMBIGUOUS payout is settled (C6 #ct6-settle), and only once:
+// a second settle finds it final. fence_token and claimed_by stay as the last
+// claimant left them; the ledger entry is posted with that token.
+const settleSQL = `UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
+ WHERE payout_id=$1 AND status='AMBIGUOUS'
+RETURNING ` + payoutColumns
+
+// settlementSQL records what moved the payout, for the repeat check and the audit.
+const settlementSQL = `INSERT INTO payout_settlement (payout_id, outcome, rail_reference, decline_reason, statement_seq)
+VALUES ($1, $2, $3, $4, $5)`
+
+// selectSettlementSQL reads the settle that moved a payout, if one did.
+const selectSettlementSQL = `SELECT outcome, rail_reference, decline_reason, statement_seq
+  FROM payout_settlement WHERE payout_id = $1`
+
+// SettleStatusError refuses a settle of a payout that is not AMBIGUOUS and not
+// final: an executor still owns it (PENDING or CLAIMED).
+type SettleStatusError struct{ Status string }
+
+func (e *SettleStatusError) Error() string { return "payout is " + e.Status + ", not AMBIGUOUS" }
+
+// Settle moves an AMBIGUOUS payout to the outcome the rail's statement proves. A
+// PAID settle writes its ledger entry in the same transaction, posted with the
+// payout's fence token. moved is false for a repeat identical to the settle that
+// moved the payout: nothing is written. Refusals: ErrNotFound; *FinalError (a
+// final payout, however it got there, unless the repeat is identical);
+// *SettleStatusError (PENDING or CLAIMED).
+func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest) (p lockapi.Payout, moved bool, err error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return lockapi.Payout{}, false, fmt.Errorf("settle payout: %w", err)
+	}
+	defer rollback(ctx, tx)
+	p, err = scanPayout(tx.QueryRow(ctx, settleSQL, id, u.Outcome, u.RailReference, u.DeclineReason))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Not AMBIGUOUS (any more). Under READ COMMITTED this statement sees a
+		// concurrent settle that committed while the UPDATE waited for the row.
+		return s.explainSettle(ctx, tx, id, u)
+	case err != nil:
+		return lockapi.Payout{}, false, classify("settle payout", err)
+	}
+	if _, err := tx.Exec(ctx, settlementSQL, id, u.Outcome, u.RailReference, u.DeclineReason, u.StatementSeq); err != nil {
+		return lockapi.Payout{}, false, classify("settle payout: settlement record", err)
+	}
+	if p.Status == lockapi.StatusPaid {
+		if _, err := tx.Exec(ctx, ledgerSQL, p.PayoutID, p.AccountID, -p.AmountMinor, p.Currency, p.FenceToken); err != nil {
+			return lockapi.Payout{}, false, classify("settle payout: ledger entry", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lockapi.Payout{}, false, classify("settle payout: commit", err)
+	}
+	return p, true, nil
+}
+
+// explainSettle says why settleSQL matched nothing: no such payout, a repeat of
+// the settle that moved it (the payout as it is, moved false), a final payout, or
+// one an executor still owns.
+func (s *store) explainSettle(ctx context.Context, tx pgx.Tx, id string, u lockapi.SettleRequest) (lockapi.Payout, bool, error) {
+	p, err := scanPayout(tx.QueryRow(ctx, selectPayoutSQL, id))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lockapi.Payout{}, false, ErrNotFound
+	case err != nil:
+		return lockapi.Payout{}, false, classify("settle payout: read the payout", err)
+	case p.Status == lockapi.StatusAmbiguous:
+		// Only a settle moves an AMBIGUOUS payout, and one just failed to: a
+		// concurrent settle rolled back. The caller may try again.
+		return lockapi.Payout{}, false, fmt.Errorf("settle payout %s: AMBIGUOUS but not updated: %w", id, ErrUnavailable)
+	case !isFinal(p.Status):
+		return lockapi.Payout{}, false, &SettleStatusError{Status: p.Status}
+	}
+	var prev lockapi.SettleRequest
+	err = tx.QueryRow(ctx, selectSettlementSQL, id).Scan(&prev.Outcome, &prev.RailReference, &prev.DeclineReason, &prev.StatementSeq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lockapi.Payout{}, false, &FinalError{Status: p.Status} // an executor made it final
+	case err != nil:
+		return lockapi.Payout{}, false, classify("settle payout: read the settlement", err)
+	case sameSettle(prev, u):
+		return p, false, nil
+	}
+	return lockapi.Payout{}, false, &FinalError{Status: p.Status}
+}
+
+func sameSettle(a, b lockapi.SettleRequest) bool {
+	return a.Outcome == b.Outcome && eqPtr(a.RailReference, b.RailReference) &&
+		eqPtr(a.DeclineReason, b.DeclineReason) && eqPtr(a.StatementSeq, b.StatementSeq)
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// isFinal: nothing moves a payout out of PAID, DECLINED or NOT_PRESENTED, and no
+// executor moves one out of AMBIGUOUS (only a settle does, C1 #ct1-payments).
 func isFinal(status string) bool {
-	return status == lockapi.StatusPaid || status == lockapi.StatusDeclined || status == lockapi.StatusAmbiguous
+	return status == lockapi.StatusPaid || status == lockapi.StatusDeclined || status == lockapi.StatusAmbiguous ||
+		status == lockapi.StatusNotPresented
 }
 
 // setStatementTimeoutSQL bounds the rest of a transaction's statements on the

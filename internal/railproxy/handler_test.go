@@ -243,6 +243,9 @@ func TestMetricsPinnedAndZeroInitialised(t *testing.T) {
 	for _, o := range metricOutcomes {
 		want = append(want, `rail_submission_total{outcome="`+o+`"} 0`, `rail_submission_duration_seconds_count{outcome="`+o+`"} 0`)
 	}
+	for _, r := range statementResults {
+		want = append(want, `rail_statement_read_total{result="`+r+`"} 0`)
+	}
 	for _, path := range []string{"/metrics", "/actuator/prometheus"} {
 		body := scrape(t, p.URL+path)
 		for _, w := range want {
@@ -260,6 +263,9 @@ func TestMetricsPinnedAndZeroInitialised(t *testing.T) {
 	allowed := map[string]bool{"rail": true}
 	for _, o := range metricOutcomes {
 		allowed[o] = true
+	}
+	for _, r := range statementResults {
+		allowed[r] = true
 	}
 	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
 	for _, line := range strings.Split(scrape(t, p.URL+"/metrics"), "\n") {

@@ -30,6 +30,7 @@ type metrics struct {
 	// Project additions beyond C4 (docs/contracts/observability.md).
 	lateResolutions    prometheus.Counter
 	reusedConnFailures prometheus.Counter
+	statementReads     *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -75,6 +76,7 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 	}
 	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled,
 		m.lateResolutions, m.reusedConnFailures)
+	m.statementReads = newStatementMetric(reg)
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {

@@ -25,6 +25,7 @@ const startupCheckTimeout = 15 * time.Second
 func routes(mux *http.ServeMux, a *admitter, store *Store, logger *slog.Logger) {
 	mux.Handle("POST /v1/rail/submissions", handleSubmit(a))
 	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
+	mux.Handle("GET /v1/rail/statement", handleStatement(a.rail, a.metrics.statementReads, logger)) // statement.go
 }
 
 func newLogger(cfg Config) (*slog.Logger, error) {

@@ -31,19 +31,24 @@ type Call struct {
 	Beneficiary   string    `json:"beneficiary"`
 	Result        string    `json:"result"`        // ACCEPTED or DECLINED
 	RailReference string    `json:"railReference"` // null on the wire for a declined call
+	Reason        string    `json:"reason"`        // the decline reason; null on the wire for an accepted call
 	LatencyMs     int       `json:"latencyMs"`     // delay applied before the reply; 0 when dropped
 	Dropped       bool      `json:"dropped"`       // accepted, then the connection was closed without a reply
 }
 
-// MarshalJSON writes railReference as null when the call has none (a decline):
-// an empty string would look like a reference.
+// MarshalJSON writes railReference as null when the call has none (a decline),
+// and reason as null when it has none (an accept): an empty string would look
+// like a value.
 func (c Call) MarshalJSON() ([]byte, error) {
-	var ref *string
+	var ref, reason *string
 	if c.RailReference != "" {
 		ref = &c.RailReference
 	}
+	if c.Reason != "" {
+		reason = &c.Reason
+	}
 	return json.Marshal(callWire{c.Seq, c.ReceivedAt, c.Reference, c.AccountID, c.AmountMinor, c.Currency,
-		c.Beneficiary, c.Result, ref, c.LatencyMs, c.Dropped})
+		c.Beneficiary, c.Result, ref, reason, c.LatencyMs, c.Dropped})
 }
 
 // callWire is Call on the wire, members in the order C3 lists them.
@@ -57,6 +62,7 @@ type callWire struct {
 	Beneficiary   string    `json:"beneficiary"`
 	Result        string    `json:"result"`
 	RailReference *string   `json:"railReference"`
+	Reason        *string   `json:"reason"`
 	LatencyMs     int       `json:"latencyMs"`
 	Dropped       bool      `json:"dropped"`
 }

@@ -73,7 +73,7 @@ func TestCallLogFileSurvivesRestartAndReset(t *testing.T) {
 			t.Fatalf("after restart call %d = %+v, want %+v", i, after[i], before[i])
 		}
 	}
-	if after[1].Result != ResultDeclined || !after[2].Dropped {
+	if after[1].Result != ResultDeclined || after[1].Reason != DeclineReason || after[0].Reason != "" || !after[2].Dropped {
 		t.Fatalf("flags lost across restart: %+v", after)
 	}
 	pay(t, second, payment("p-4"))

@@ -81,7 +81,7 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 			p.Reference, p.AccountID, p.AmountMinor, p.Currency, p.Beneficiary
 		c.Result, c.LatencyMs, c.Dropped = ResultAccepted, d.latencyMs, d.dropped
 		if d.declined {
-			c.Result = ResultDeclined
+			c.Result, c.Reason = ResultDeclined, DeclineReason
 		} else {
 			c.RailReference = ref
 		}

@@ -50,6 +50,13 @@ func TestPaymentAcceptedIsBookedEveryTime(t *testing.T) {
 			t.Fatalf("call %d = %+v", i, c)
 		}
 	}
+	raw, err := send(t.Context(), http.DefaultClient, ts.URL, http.MethodGet, "/rail/v1/calls", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(raw.body), `"reason":null`) != 2 {
+		t.Fatalf("an accepted call's reason is not null on the wire: %s", raw.body)
+	}
 	logs := ts.logs.events(t, "rail_call")
 	if len(logs) != 2 {
 		t.Fatalf("%d rail_call log lines, want 2", len(logs))
@@ -90,6 +97,10 @@ func TestDeclineRateOneDeclinesAndBooks(t *testing.T) {
 	}
 	if !strings.Contains(string(raw.body), `"railReference":null`) {
 		t.Fatalf("a declined call's railReference is not null on the wire: %s", raw.body)
+	}
+	// C3: the call object carries the decline reason, the one the caller was told.
+	if cs[0].Reason != m["reason"] || !strings.Contains(string(raw.body), `"reason":"`+DeclineReason+`"`) {
+		t.Fatalf("a declined call's reason on the wire is not the reply's %q: %s", m["reason"], raw.body)
 	}
 }
 

@@ -11,6 +11,7 @@ package stack
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +44,7 @@ type Options struct {
 	// ProxyAsChild runs rail-proxy as a child process (needed for CrashProxy).
 	ProxyAsChild bool
 	// Env adds or overrides settings (C5 variable names) per service:
-	// "rail-proxy", "rail-stub", "lock-server", "payment-resource".
+	// "rail-proxy", "rail-stub", "lock-server", "payment-resource", "reconciler".
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
 	Log io.Writer
@@ -63,11 +64,16 @@ type Stack struct {
 
 	LockServerURL, PaymentURL, ProxyURL, StubURL string
 	Stub                                         *railstub.Client
+	// SettleToken is payment-resource's PAYMENT_SETTLE_TOKEN, drawn at Start
+	// (unless Options.Env sets it), which the reconcilers are given.
+	SettleToken string
 
 	mu        sync.Mutex
 	proxyAddr string
 	proxy     stopper
 	services  []stopper // in start order; stopped in reverse
+
+	reconcilers []stopper // stopped first (reconciler.go)
 }
 
 type stopper interface{ stop() error }
@@ -115,7 +121,11 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	}
 	s.LockServerURL = ls.url
 
-	pr, err := s.startInProcess(ctx, "payment-resource", "PAYMENT_RESOURCE_ADDR", s.withUnsafe("paydb", map[string]string{"PAYDB_URL": s.PaydbURL}),
+	s.SettleToken = "stack-" + rand.Text()
+	if v, ok := opts.Env["payment-resource"]["PAYMENT_SETTLE_TOKEN"]; ok {
+		s.SettleToken = v
+	}
+	pr, err := s.startInProcess(ctx, "payment-resource", "PAYMENT_RESOURCE_ADDR", s.withUnsafe("paydb", map[string]string{"PAYDB_URL": s.PaydbURL, "PAYMENT_SETTLE_TOKEN": s.SettleToken}),
 		func(ctx context.Context, ln net.Listener, getenv func(string) string) error {
 			_, cfg, err := payment.ParseConfig(nil, getenv)
 			if err != nil {
@@ -275,6 +285,9 @@ func (s *Stack) RestartProxy(ctx context.Context) error {
 // Close stops every service, closes the pools and removes a throwaway cluster.
 func (s *Stack) Close() error {
 	var errs []error
+	for i := len(s.reconcilers) - 1; i >= 0; i-- {
+		errs = append(errs, s.reconcilers[i].stop())
+	}
 	s.mu.Lock()
 	p := s.proxy
 	s.proxy = nil

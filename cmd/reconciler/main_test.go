@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+)
+
+// With runMainEnv set the test binary is the reconciler itself: main() with the
+// arguments after "--".
+const runMainEnv = "RECONCILER_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"reconciler"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		return
+	}
+	os.Exit(pgtest.Main(m))
+}
+
+func command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), env...)
+	return cmd
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+const token = "PAYMENT_SETTLE_TOKEN=binary-test-token-0123456789"
+
+// The binary's surface (C5, C6): --help lists every setting and exits 0; a bad
+// setting or an unknown subcommand exits 2 with one line; serve on an unmigrated
+// paydb exits 1 naming `reconciler migrate`; migrate exits 0; serve then runs and
+// a SIGTERM ends it with exit 0, every log line carrying service=reconciler and
+// none the token.
+func TestBinary(t *testing.T) {
+	var out bytes.Buffer
+	cmd := command(nil, "--help")
+	cmd.Stdout = &out
+	if err := cmd.Run(); exitCode(err) != 0 {
+		t.Fatalf("--help: %v\n%s", err, out.String())
+	}
+	for _, s := range []string{"RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL",
+		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("--help lacks %s:\n%s", s, out.String())
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, nil}, // serve without a settle token
+		{[]string{token}, []string{"--reconciler-settle-after=later"}},
+		{[]string{token}, []string{"frobnicate"}},
+	} {
+		var stderr bytes.Buffer
+		cmd := command(c.env, c.args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
+		}
+	}
+
+	dbURL := pgtest.EmptyURL(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	env := []string{"PAYDB_URL=" + dbURL, "RECONCILER_ADDR=" + addr, "LOG_LEVEL=debug", token}
+	var stderr bytes.Buffer
+	cmd = command(env, "serve")
+	cmd.Stderr = &stderr
+	cmd.Stdout = io.Discard
+	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "reconciler migrate") {
+		t.Fatalf("serve on an empty paydb: exit %d, %s", exitCode(err), stderr.String())
+	}
+	if err := command([]string{"PAYDB_URL=" + dbURL}, "migrate").Run(); err != nil {
+		t.Fatalf("migrate without a token: %v", err)
+	}
+
+	cmd = command(env)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/livez")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("serve did not become live")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimPrefix(token, "PAYMENT_SETTLE_TOKEN=")
+	for l := range lines {
+		if !strings.Contains(l, `"service":"reconciler"`) || strings.Contains(l, secret) {
+			t.Errorf("log line without service=reconciler, or with the token: %s", l)
+		}
+	}
+	if err := cmd.Wait(); exitCode(err) != 0 {
+		t.Fatalf("after SIGTERM: exit %d", exitCode(err))
+	}
+}

@@ -1,0 +1,225 @@
+package railproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/lockapi"
+)
+
+// The statement (C6 #ct6-statement): what the rail says it was presented, read
+// through the proxy so that the proxy stays the only process that talks to the
+// rail. Reading it moves no money, so none of the payment path's hazards apply:
+// it goes over a transport of its own (never the payments pool), and a failed
+// read is simply retried by its caller. It is still bounded: connecting by
+// RAIL_CONNECT_TIMEOUT, the whole read by RAIL_READ_TIMEOUT.
+
+// MaxStatementLimit is the default and largest page of GET /v1/rail/statement.
+const MaxStatementLimit = 1000
+
+// StageStatement is RAIL_UNAVAILABLE's stage when the statement cannot be read.
+const StageStatement = "statement"
+
+// maxStatementReply bounds a statement page read from the rail: 1000 calls are
+// about 400 KiB; anything far beyond is not the page asked for.
+const maxStatementReply = 8 << 20
+
+// Values of rail_statement_read_total{result}.
+var statementResults = []string{"ok", "error"}
+
+// newStatementMetric registers rail_statement_read_total, zero-initialised (C4
+// #ct4-zero): one count per read of the rail's statement, by result.
+func newStatementMetric(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rail_statement_read_total",
+		Help: "Reads of the rail's statement, by result.",
+	}, []string{"result"})
+	reg.MustRegister(c)
+	for _, r := range statementResults {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
+// statementReader reads the rail's call log (rail-stub: GET /rail/v1/calls) and
+// maps it to statement lines, field for field.
+type statementReader struct {
+	callsURL    string
+	http        *http.Client
+	readTimeout time.Duration
+	reads       *prometheus.CounterVec
+	logger      *slog.Logger
+}
+
+// handleStatement is GET /v1/rail/statement. Its rail client is built from the
+// payment client's settings but shares nothing with it.
+func handleStatement(rail *railClient, reads *prometheus.CounterVec, logger *slog.Logger) http.HandlerFunc {
+	base := strings.TrimSuffix(rail.healthURL, "/rail/v1/health")
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	s := &statementReader{
+		callsURL:    base + "/rail/v1/calls",
+		http:        &http.Client{Transport: newRailTransport(rail.connectTimeout, DefaultRailIdleConnTimeout, 2, nil), CheckRedirect: noRedirect},
+		readTimeout: rail.readTimeout,
+		reads:       reads,
+		logger:      logger,
+	}
+	return s.serve
+}
+
+func (s *statementReader) serve(w http.ResponseWriter, r *http.Request) {
+	after, limit, errs := parseStatementQuery(r.URL.RawQuery)
+	if len(errs) > 0 {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+		return
+	}
+	st, err := s.read(r.Context(), after, limit)
+	if err != nil {
+		s.reads.WithLabelValues("error").Inc()
+		s.logger.Warn("the rail's statement could not be read", "event", "statement_read_failed",
+			"stage", StageStatement, "after", after, "limit", limit, "error", err.Error())
+		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
+			"the rail's statement could not be read: "+err.Error()+"; reading it is safe to retry",
+			map[string]any{"stage": StageStatement}))
+		return
+	}
+	s.reads.WithLabelValues("ok").Inc()
+	lockapi.WriteJSON(w, http.StatusOK, st)
+}
+
+// railCall is the part of a rail-stub call object the statement carries;
+// beneficiary, latencyMs and dropped are not statement fields.
+type railCall struct {
+	Seq           int64     `json:"seq"`
+	ReceivedAt    time.Time `json:"receivedAt"`
+	Reference     string    `json:"reference"`
+	AccountID     string    `json:"accountId"`
+	AmountMinor   int64     `json:"amountMinor"`
+	Currency      string    `json:"currency"`
+	Result        string    `json:"result"`
+	RailReference *string   `json:"railReference"`
+	Reason        *string   `json:"reason"`
+}
+
+// read fetches one page from the rail. A reply that is not a well-formed page —
+// seqs not strictly increasing from after, more lines than asked, a result other
+// than ACCEPTED or DECLINED — is an error: a reconciler must never import a
+// statement it had to guess at.
+func (s *statementReader) read(ctx context.Context, after int64, limit int) (lockapi.Statement, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.readTimeout)
+	defer cancel()
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.callsURL+"?"+q.Encode(), nil)
+	if err != nil {
+		return lockapi.Statement{}, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return lockapi.Statement{}, fmt.Errorf("no whole reply within RAIL_READ_TIMEOUT %s: %w", s.readTimeout, err)
+		}
+		return lockapi.Statement{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStatementReply+1))
+	if err != nil {
+		return lockapi.Statement{}, fmt.Errorf("reading the rail's reply: %w", err)
+	}
+	if len(b) > maxStatementReply {
+		return lockapi.Statement{}, fmt.Errorf("the rail's reply exceeds %d bytes", maxStatementReply)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return lockapi.Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
+	}
+	var page struct {
+		Calls []railCall `json:"calls"`
+	}
+	if err := json.Unmarshal(b, &page); err != nil || page.Calls == nil {
+		return lockapi.Statement{}, errors.New("the rail's reply is not a page of calls")
+	}
+	if len(page.Calls) > limit {
+		return lockapi.Statement{}, fmt.Errorf("the rail returned %d calls, %d were asked for", len(page.Calls), limit)
+	}
+	st := lockapi.Statement{Lines: make([]lockapi.StatementLine, 0, len(page.Calls))}
+	prev := after
+	for _, c := range page.Calls {
+		switch {
+		case c.Seq <= prev:
+			return lockapi.Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", c.Seq, prev)
+		case c.Result != lockapi.ResultAccepted && c.Result != lockapi.ResultDeclined:
+			return lockapi.Statement{}, fmt.Errorf("call %d has result %q, neither ACCEPTED nor DECLINED", c.Seq, c.Result)
+		case c.Reference == "" || c.AccountID == "" || c.Currency == "":
+			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account or currency", c.Seq)
+		}
+		prev = c.Seq
+		st.Lines = append(st.Lines, lockapi.StatementLine{
+			Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
+			AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result,
+			RailReference: c.RailReference, DeclineReason: c.Reason,
+		})
+	}
+	if len(st.Lines) == limit {
+		next := prev
+		st.Next = &next
+	}
+	return st, nil
+}
+
+// parseStatementQuery reads after (an integer ≥ 0, default 0) and limit (1 to
+// 1000, default 1000), each at most once, canonical decimal digits only, and
+// nothing else.
+func parseStatementQuery(raw string) (after int64, limit int, errs []lockapi.FieldError) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return 0, 0, []lockapi.FieldError{{Field: "query", Problem: "is not a well-formed query string"}}
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if k != "after" && k != "limit" {
+			errs = append(errs, lockapi.FieldError{Field: k, Problem: "is not a known parameter"})
+		}
+	}
+	after, limit = 0, MaxStatementLimit
+	if vs, ok := q["after"]; ok {
+		n, problem := canonicalInt(vs, 0, lockapi.MaxInt64)
+		if problem != "" {
+			errs = append(errs, lockapi.FieldError{Field: "after", Problem: problem})
+		}
+		after = n
+	}
+	if vs, ok := q["limit"]; ok {
+		n, problem := canonicalInt(vs, 1, MaxStatementLimit)
+		if problem != "" {
+			errs = append(errs, lockapi.FieldError{Field: "limit", Problem: problem})
+		}
+		limit = int(n)
+	}
+	return after, limit, errs
+}
+
+// canonicalInt reads one decimal value within [lo, hi]: no sign, no leading zero,
+// no spaces — a number that could be written two ways could be read two ways.
+func canonicalInt(vs []string, lo, hi int64) (int64, string) {
+	if len(vs) != 1 {
+		return 0, "must appear at most once"
+	}
+	bounds := "must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)
+	v := vs[0]
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != v || n < lo || n > hi {
+		return 0, bounds
+	}
+	return n, ""
+}

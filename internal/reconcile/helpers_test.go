@@ -1,0 +1,293 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/internal/logcapture"
+	"lock.dev/internal/payment"
+	"lock.dev/internal/pgtest"
+	"lock.dev/internal/railproxy"
+	"lock.dev/internal/railstub"
+	"lock.dev/internal/reconcile"
+	"lock.dev/internal/stack"
+	"lock.dev/lockapi"
+	"lock.dev/lockclient"
+)
+
+func TestMain(m *testing.M) {
+	// The crashed rail-proxy of the end-to-end test is this binary started again.
+	stack.ChildMain(nil)
+	os.Exit(pgtest.Main(m))
+}
+
+// env is the whole system on fresh databases, and the settings of a reconciler
+// pointed at it.
+type env struct {
+	st       *stack.Stack
+	payments *payment.Client
+	locks    *lockclient.Client
+	logs     *logcapture.Buffer // the reconciler passes' log
+	cfg      reconcile.Config
+}
+
+func newEnv(t testing.TB, opts stack.Options) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts.PaydbURL, opts.LockdbURL = pgtest.PaydbURL(t), pgtest.LockdbURL(t)
+	st, err := stack.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start the system: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("stop the system: %v", err)
+		}
+	})
+	e := &env{st: st, payments: payment.NewClient(st.PaymentURL), locks: lockclient.New(st.LockServerURL), logs: &logcapture.Buffer{}}
+	e.cfg = reconcile.DefaultConfig()
+	e.cfg.PaydbURL, e.cfg.RailProxyURL, e.cfg.PaymentResourceURL = st.PaydbURL, st.ProxyURL, st.PaymentURL
+	e.cfg.SettleToken = st.SettleToken
+	e.cfg.SettleAfter = time.Second
+	e.cfg.LogLevel = "debug"
+	e.cfg.LogOutput = e.logs
+	return e
+}
+
+// pass runs one reconciler pass and fails the test on an error.
+func (e *env) pass(t testing.TB) reconcile.PassReport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := reconcile.Pass(ctx, e.cfg)
+	if err != nil {
+		t.Fatalf("pass: %v\nlog:\n%s", err, e.logs.String())
+	}
+	if rep.Skipped {
+		t.Fatal("pass skipped: nothing else holds the pass lock in this test")
+	}
+	return rep
+}
+
+// waitWindow waits until paydb's clock is past every attempt's submitted_at (and
+// every payout's updated_at) plus the settle window, so the next pass may settle
+// NOT_PRESENTED and judge PAID_WITHOUT_LINE.
+func (e *env) waitWindow(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	var last time.Time
+	if err := e.st.Paydb.QueryRow(ctx, `SELECT greatest(
+		(SELECT coalesce(max(submitted_at), '-infinity') FROM rail_submission),
+		(SELECT coalesce(max(updated_at), '-infinity') FROM payout))`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var now time.Time
+		if err := e.st.Paydb.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		if now.After(last.Add(e.cfg.SettleAfter)) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var testHTTP = &http.Client{Timeout: 30 * time.Second}
+
+// submit posts a submission to a rail-proxy as an executor does; it returns the
+// status and the decoded body.
+func submit(t testing.TB, proxyURL string, p lockapi.SubmissionRequest, token int64, owner string) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(p)
+	req, _ := http.NewRequest(http.MethodPost, proxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(body)))
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderOwnerID, owner)
+	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", p.PayoutID, token))
+	resp, err := testHTTP.Do(req)
+	if err != nil {
+		t.Fatalf("submit %s: %v", p.PayoutID, err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
+
+func payoutReq(id, account string, amount int64) lockapi.SubmissionRequest {
+	return lockapi.SubmissionRequest{PayoutID: id, AccountID: account, AmountMinor: amount, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
+}
+
+// drive takes a payout through one executor cycle by hand, through the rail-proxy
+// at proxyURL: create, lease, claim, submit, post what the proxy said (200 PAID,
+// 422 DECLINED, 409 RAIL_AMBIGUOUS AMBIGUOUS), release. It returns the status posted.
+func (e *env) drive(t testing.TB, proxyURL string, p lockapi.SubmissionRequest) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.payments.Create(ctx, p); err != nil {
+		t.Fatalf("create %s: %v", p.PayoutID, err)
+	}
+	const owner = "test-driver"
+	lease, err := e.locks.Acquire(ctx, lockapi.AccountLockName(p.AccountID), owner, 30*time.Second)
+	if err != nil {
+		t.Fatalf("lease %s: %v", p.AccountID, err)
+	}
+	defer func() { _ = lease.Release(ctx) }()
+	token := lease.Token()
+	if _, err := e.payments.Claim(ctx, p.PayoutID, token, owner); err != nil {
+		t.Fatalf("claim %s: %v", p.PayoutID, err)
+	}
+	status, body := submit(t, proxyURL, p, token, owner)
+	var post lockapi.PostRequest
+	switch {
+	case status == http.StatusOK:
+		ref, _ := body["railReference"].(string)
+		post = lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: &ref}
+	case status == http.StatusUnprocessableEntity:
+		var reason *string
+		if r, ok := body["declineReason"].(string); ok {
+			reason = &r
+		}
+		post = lockapi.PostRequest{Outcome: lockapi.StatusDeclined, DeclineReason: reason}
+	case status == http.StatusConflict && body["code"] == lockapi.CodeRailAmbiguous:
+		post = lockapi.PostRequest{Outcome: lockapi.StatusAmbiguous}
+	default:
+		t.Fatalf("submit %s: %d %v", p.PayoutID, status, body)
+	}
+	if _, err := e.payments.Post(ctx, p.PayoutID, token, owner, post); err != nil {
+		t.Fatalf("post %s %s: %v", p.PayoutID, post.Outcome, err)
+	}
+	return post.Outcome
+}
+
+// chaos sets the rail-stub's knobs.
+func (e *env) chaos(t testing.TB, latencyMs int, decline, drop float64) {
+	t.Helper()
+	if _, err := e.st.Stub.SetChaos(context.Background(), latencyMs, decline, drop, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// status reads a payout's status from paydb.
+func (e *env) status(t testing.TB, id string) string {
+	t.Helper()
+	var s string
+	if err := e.st.Paydb.QueryRow(context.Background(), `SELECT status FROM payout WHERE payout_id = $1`, id).Scan(&s); err != nil {
+		t.Fatalf("status of %s: %v", id, err)
+	}
+	return s
+}
+
+func (e *env) count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.st.Paydb.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// exceptions lists the recorded exceptions as "KIND payout seq".
+func (e *env) exceptions(t testing.TB) []string {
+	t.Helper()
+	rows, err := e.st.Paydb.Query(context.Background(),
+		`SELECT kind || ' ' || coalesce(payout_id, '-') || ' ' || coalesce(seq::text, '-') FROM reconciliation_exception ORDER BY exception_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// calls is the rail-stub's call log: the ground truth.
+func (e *env) calls(t testing.TB) []railstub.Call {
+	t.Helper()
+	cs, err := e.st.Stub.Calls(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// blackholeProxy runs a second rail-proxy on the stack's paydb whose rail accepts
+// the connection and never reads a byte: every submission through it ends TIMEOUT
+// (RAIL_AMBIGUOUS) while the real rail never sees it.
+func (e *env) blackholeProxy(t testing.TB) string {
+	t.Helper()
+	rail, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := rail.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := railproxy.DefaultConfig()
+	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, "http://"+rail.Addr().String()
+	cfg.RailReadTimeout = 300 * time.Millisecond
+	cfg.Listener, cfg.LogOutput = ln, io.Discard
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- railproxy.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("blackhole rail-proxy: %v", err)
+		}
+		_ = rail.Close()
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	url := "http://" + ln.Addr().String()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if resp, err := testHTTP.Get(url + "/livez"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("blackhole rail-proxy did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,90 @@
+package reconcile
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The exception kinds (C6 #ct6-tables), as recorded; metric labels are lower case.
+const (
+	KindPresentedTwice        = "PRESENTED_TWICE"
+	KindAmountMismatch        = "AMOUNT_MISMATCH"
+	KindUnknownReference      = "UNKNOWN_REFERENCE"
+	KindLineContradictsPayout = "LINE_CONTRADICTS_PAYOUT"
+	KindPaidWithoutLine       = "PAID_WITHOUT_LINE"
+)
+
+// Kinds lists the exception kinds in the contract's order.
+var Kinds = []string{KindPresentedTwice, KindAmountMismatch, KindUnknownReference, KindLineContradictsPayout, KindPaidWithoutLine}
+
+// Values of reconciler_settled_total{to}.
+var settledLabels = []string{"paid", "declined", "not_presented"}
+
+// Values of reconciler_pass_total{result}: a pass that ran to its end, one that
+// failed part-way (the next pass takes up where it left off), and one skipped
+// because another reconciler held the pass lock.
+const (
+	passCompleted = "completed"
+	passFailed    = "failed"
+	passSkipped   = "skipped"
+)
+
+var passResults = []string{passCompleted, passFailed, passSkipped}
+
+// metrics are the reconciler's series (C6 #ct6-reconciler), in its own registry,
+// every counter zero-initialised over its closed set (C4 #ct4-zero).
+type metrics struct {
+	linesImported prometheus.Counter
+	settled       *prometheus.CounterVec
+	exceptions    *prometheus.CounterVec
+	statementSeq  prometheus.Gauge
+	ambiguous     prometheus.Gauge
+	passSeconds   prometheus.Histogram
+	passes        *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		linesImported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reconciler_lines_imported_total",
+			Help: "Statement lines copied into paydb (each line once).",
+		}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciler_settled_total",
+			Help: "AMBIGUOUS payouts settled from the statement, by the status they were settled to.",
+		}, []string{"to"}),
+		exceptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciler_exception_total",
+			Help: "Disagreements between the statement and the books recorded (each once), by kind.",
+		}, []string{"kind"}),
+		statementSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reconciler_statement_seq",
+			Help: "The last statement seq imported.",
+		}),
+		ambiguous: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reconciler_ambiguous_payouts",
+			Help: "AMBIGUOUS payouts left after the last pass.",
+		}),
+		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reconciler_pass_seconds",
+			Help:    "Duration of the passes that held the pass lock, completed or failed.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciler_pass_total",
+			Help: "Passes, by result: completed, failed, or skipped (another reconciler held the pass lock).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.linesImported, m.settled, m.exceptions, m.statementSeq, m.ambiguous, m.passSeconds, m.passes)
+	for _, to := range settledLabels {
+		m.settled.WithLabelValues(to)
+	}
+	for _, k := range Kinds {
+		m.exceptions.WithLabelValues(strings.ToLower(k))
+	}
+	for _, r := range passResults {
+		m.passes.WithLabelValues(r)
+	}
+	return m
+}

@@ -1,0 +1,450 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
+	"lock.dev/lockapi"
+)
+
+// store is the reconciler's view of paydb, and the only file that speaks SQL. It
+// writes its own three tables (rail_statement_line, reconciliation_exception,
+// reconciler_cursor) and only reads the others: payout (payment-resource's, which
+// it moves only through the settle endpoint) and rail_submission (rail-proxy's).
+// Every time it compares is paydb's: now(), submitted_at, updated_at, read_at.
+type store struct {
+	pool *pgxpool.Pool
+}
+
+func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
+	pool, err := dbconn.Open(ctx, url, int32(maxConns))
+	if err != nil {
+		return nil, err
+	}
+	return &store{pool: pool}, nil
+}
+
+func (s *store) close() { s.pool.Close() }
+
+func (s *store) ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// requireSchema refuses a paydb that is behind, naming the command that fixes it.
+func (s *store) requireSchema(ctx context.Context) error {
+	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
+}
+
+// migrate applies paydb's whole tree (one tree for every service of paydb, C1).
+func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
+	return paydb.Tree().Migrate(ctx, s.pool, logger)
+}
+
+const selectLastSeqSQL = `SELECT coalesce((SELECT last_seq FROM reconciler_cursor), 0)`
+
+// lastSeq is the cursor's last imported seq (0 before the first import).
+func (s *store) lastSeq(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, selectLastSeqSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read the cursor: %w", err)
+	}
+	return n, nil
+}
+
+// PassLockKey is the session advisory lock a pass holds ("reconcil" in ASCII),
+// distinct from goose's migration lock. An operator can see it in pg_locks
+// (objid and classid are its two halves), or hold it to pause reconciliation.
+const PassLockKey int64 = 0x7265636f6e63696c
+
+// session is one pass: a dedicated connection holding the pass lock. A session
+// lock belongs to its connection, so every statement of the pass runs on it; if
+// the connection dies, the lock goes with it and the pass fails at its next
+// statement.
+type session struct {
+	conn *pgxpool.Conn
+}
+
+// lockPass takes the pass lock without waiting: ok is false when another
+// reconciler's pass holds it.
+func (s *store) lockPass(ctx context.Context) (ss *session, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("acquire a paydb connection: %w", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, PassLockKey).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, false, fmt.Errorf("take the pass lock: %w", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return &session{conn: conn}, true, nil
+}
+
+// release gives the lock back. A connection that cannot say so is closed rather
+// than returned to the pool: the lock must never outlive the pass on a pooled
+// connection.
+func (ss *session) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var unlocked bool
+	if err := ss.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, PassLockKey).Scan(&unlocked); err != nil || !unlocked {
+		_ = ss.conn.Hijack().Close(ctx)
+		return
+	}
+	ss.conn.Release()
+}
+
+// cursor is where a pass starts: paydb's now() (the pass start, C6 step 1), the
+// last seq imported and the start of the last complete read.
+type cursor struct {
+	passStart time.Time
+	lastSeq   int64
+	readAt    *time.Time
+}
+
+const (
+	ensureCursorSQL = `INSERT INTO reconciler_cursor (id) VALUES (true) ON CONFLICT (id) DO NOTHING`
+	startPassSQL    = `SELECT now(), last_seq, read_at FROM reconciler_cursor`
+)
+
+// start notes the pass start on paydb's clock and reads the cursor (creating its
+// one row the first time).
+func (ss *session) start(ctx context.Context) (cursor, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	if _, err := ss.conn.Exec(ctx, ensureCursorSQL); err != nil {
+		return cursor{}, fmt.Errorf("create the cursor: %w", err)
+	}
+	var c cursor
+	if err := ss.conn.QueryRow(ctx, startPassSQL).Scan(&c.passStart, &c.lastSeq, &c.readAt); err != nil {
+		return cursor{}, fmt.Errorf("read the cursor: %w", err)
+	}
+	return c, nil
+}
+
+// exception is one recorded disagreement (a reconciliation_exception row).
+type exception struct {
+	Kind     string
+	PayoutID *string
+	Seq      *int64
+	Detail   string
+}
+
+const (
+	// insertLinesSQL copies a page, each line once: idempotent by seq.
+	insertLinesSQL = `
+INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, result, rail_reference, decline_reason)
+SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])
+ON CONFLICT (seq) DO NOTHING`
+
+	// advanceCursorSQL moves the cursor forward only, and sets read_at (the start
+	// of this complete read) when $2 is not null. GREATEST keeps both right should
+	// two passes ever overlap (a pass whose connection died lost its lock).
+	advanceCursorSQL = `
+UPDATE reconciler_cursor
+   SET last_seq = GREATEST(last_seq, $1),
+       read_at  = CASE WHEN $2::timestamptz IS NULL THEN read_at ELSE GREATEST(coalesce(read_at, $2), $2) END`
+
+	// lineExceptionsSQL records what a line alone proves, for the lines with seq in
+	// [$1, $2]: a second (third …) ACCEPTED line of a payout, a line whose account,
+	// amount or currency is not its payout's, a line of no payout. It runs in the
+	// transaction that imports the lines, so no line is ever copied unchecked. A
+	// lines of an unknown reference is UNKNOWN_REFERENCE only (no payout_id to
+	// carry), never also PRESENTED_TWICE.
+	lineExceptionsSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
+SELECT 'PRESENTED_TWICE', p.payout_id, l.seq,
+       format('ACCEPTED again at seq %s (first ACCEPTED at seq %s): %s %s on %s paid twice',
+              l.seq, f.first_seq, l.amount_minor, l.currency, l.account_id)
+  FROM rail_statement_line l
+  JOIN payout p ON p.payout_id = l.reference
+  JOIN LATERAL (SELECT min(seq) AS first_seq FROM rail_statement_line x
+                 WHERE x.reference = l.reference AND x.result = 'ACCEPTED') f ON true
+ WHERE l.seq BETWEEN $1 AND $2 AND l.result = 'ACCEPTED' AND f.first_seq < l.seq
+UNION ALL
+SELECT 'AMOUNT_MISMATCH', p.payout_id, l.seq,
+       format('%s line at seq %s is %s %s on %s; the payout is %s %s on %s',
+              l.result, l.seq, l.amount_minor, l.currency, l.account_id, p.amount_minor, p.currency, p.account_id)
+  FROM rail_statement_line l
+  JOIN payout p ON p.payout_id = l.reference
+ WHERE l.seq BETWEEN $1 AND $2
+   AND (l.account_id, l.amount_minor, l.currency) IS DISTINCT FROM (p.account_id, p.amount_minor, p.currency)
+UNION ALL
+SELECT 'UNKNOWN_REFERENCE', NULL, l.seq,
+       format('%s line at seq %s: %s %s on %s for reference %s, which is no payout',
+              l.result, l.seq, l.amount_minor, l.currency, l.account_id, l.reference)
+  FROM rail_statement_line l
+ WHERE l.seq BETWEEN $1 AND $2
+   AND NOT EXISTS (SELECT 1 FROM payout p WHERE p.payout_id = l.reference)
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+)
+
+// importPage copies a page and moves the cursor to lastSeq in one transaction,
+// with the exceptions its lines prove on their own; readAt, when set, is stored
+// as the start of a complete read (the page was the last). It returns the lines
+// newly copied and the exceptions newly recorded.
+func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine, lastSeq int64, readAt *time.Time) (imported int64, recorded []exception, err error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	tx, err := ss.conn.Begin(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("import: begin: %w", err)
+	}
+	defer rollback(ctx, tx)
+	if len(lines) > 0 {
+		n := len(lines)
+		var (
+			seqs    = make([]int64, n)
+			at      = make([]time.Time, n)
+			refs    = make([]string, n)
+			accts   = make([]string, n)
+			amounts = make([]int64, n)
+			curs    = make([]string, n)
+			results = make([]string, n)
+			railRef = make([]*string, n)
+			reasons = make([]*string, n)
+		)
+		for i, l := range lines {
+			seqs[i], at[i], refs[i], accts[i], amounts[i] = l.Seq, l.ReceivedAt, l.Reference, l.AccountID, l.AmountMinor
+			curs[i], results[i], railRef[i], reasons[i] = l.Currency, l.Result, l.RailReference, l.DeclineReason
+		}
+		tag, err := tx.Exec(ctx, insertLinesSQL, seqs, at, refs, accts, amounts, curs, results, railRef, reasons)
+		if err != nil {
+			return 0, nil, fmt.Errorf("import lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+		}
+		imported = tag.RowsAffected()
+		rows, err := tx.Query(ctx, lineExceptionsSQL, lines[0].Seq, lines[n-1].Seq)
+		if err != nil {
+			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+		}
+		recorded, err = collectExceptions(rows)
+		if err != nil {
+			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, advanceCursorSQL, lastSeq, readAt); err != nil {
+		return 0, nil, fmt.Errorf("advance the cursor to %d: %w", lastSeq, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, fmt.Errorf("import: commit: %w", err)
+	}
+	return imported, recorded, nil
+}
+
+func collectExceptions(rows pgx.Rows) ([]exception, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (exception, error) {
+		var e exception
+		err := r.Scan(&e.Kind, &e.PayoutID, &e.Seq, &e.Detail)
+		return e, err
+	})
+}
+
+// line is an imported statement line as the settle rules look at it.
+type line struct {
+	Seq           int64
+	AccountID     string
+	AmountMinor   int64
+	Currency      string
+	Result        string
+	RailReference *string
+	DeclineReason *string
+}
+
+// candidate is an AMBIGUOUS payout with its imported lines, oldest first.
+// WindowPassed: the last complete read started later than the payout's last
+// forwardable attempt's submitted_at (with none, its updated_at) plus the settle
+// window — judged in SQL, on paydb's clock.
+type candidate struct {
+	PayoutID     string
+	AccountID    string
+	AmountMinor  int64
+	Currency     string
+	WindowPassed bool
+	Lines        []line
+}
+
+const (
+	// ambiguousSQL pages through the AMBIGUOUS payouts by payout_id. The forwardable
+	// rows are those rail_submission_attempt_uidx covers (C1): the payout's one
+	// attempt at the rail.
+	ambiguousSQL = `
+SELECT p.payout_id, p.account_id, p.amount_minor, p.currency,
+       coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false)
+  FROM payout p
+  LEFT JOIN reconciler_cursor c ON true
+  LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
+                      WHERE s.payout_id = p.payout_id
+                        AND (s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT'))) a ON true
+ WHERE p.status = 'AMBIGUOUS' AND p.payout_id > $2
+ ORDER BY p.payout_id
+ LIMIT $3`
+
+	linesOfSQL = `
+SELECT reference, seq, account_id, amount_minor, currency, result, rail_reference, decline_reason
+  FROM rail_statement_line
+ WHERE reference = ANY($1)
+ ORDER BY seq`
+)
+
+// ambiguous returns up to limit AMBIGUOUS payouts with payout_id after afterID,
+// each with its lines.
+func (ss *session) ambiguous(ctx context.Context, settleAfter time.Duration, afterID string, limit int) ([]candidate, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	rows, err := ss.conn.Query(ctx, ambiguousSQL, settleAfter.Microseconds(), afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read AMBIGUOUS payouts: %w", err)
+	}
+	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
+		var c candidate
+		err := r.Scan(&c.PayoutID, &c.AccountID, &c.AmountMinor, &c.Currency, &c.WindowPassed)
+		return c, err
+	})
+	if err != nil || len(cands) == 0 {
+		if err != nil {
+			err = fmt.Errorf("read AMBIGUOUS payouts: %w", err)
+		}
+		return nil, err
+	}
+	ids := make([]string, len(cands))
+	at := make(map[string]int, len(cands))
+	for i, c := range cands {
+		ids[i], at[c.PayoutID] = c.PayoutID, i
+	}
+	rows, err = ss.conn.Query(ctx, linesOfSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read their statement lines: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ref string
+		var l line
+		if err := rows.Scan(&ref, &l.Seq, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Result, &l.RailReference, &l.DeclineReason); err != nil {
+			return nil, fmt.Errorf("read their statement lines: %w", err)
+		}
+		c := &cands[at[ref]]
+		c.Lines = append(c.Lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read their statement lines: %w", err)
+	}
+	return cands, nil
+}
+
+const insertExceptionSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+
+// record records one exception; recorded is false when it was recorded before.
+func (ss *session) record(ctx context.Context, e exception) (recorded bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	var got exception
+	err = ss.conn.QueryRow(ctx, insertExceptionSQL, e.Kind, e.PayoutID, e.Seq, e.Detail).Scan(&got.Kind, &got.PayoutID, &got.Seq, &got.Detail)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("record %s: %w", e.Kind, err)
+	}
+	return true, nil
+}
+
+const (
+	// contradictionsSQL: a line whose result the payout's final status denies. An
+	// ACCEPTED line for a DECLINED or NOT_PRESENTED payout is money moved that the
+	// books say did not; a DECLINED line for a PAID or NOT_PRESENTED payout is a
+	// presentation the books do not show (for NOT_PRESENTED: the assumption that
+	// status rests on, that the rail records a call within the settle window, was
+	// broken — no money moved this time). Over every line, every pass: a payout's
+	// status can change long after its lines were imported.
+	contradictionsSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
+SELECT 'LINE_CONTRADICTS_PAYOUT', p.payout_id, l.seq,
+       format('%s line at seq %s (%s %s on %s) for a %s payout', l.result, l.seq, l.amount_minor, l.currency, l.account_id, p.status)
+  FROM rail_statement_line l
+  JOIN payout p ON p.payout_id = l.reference
+ WHERE (l.result = 'ACCEPTED' AND p.status IN ('DECLINED','NOT_PRESENTED'))
+    OR (l.result = 'DECLINED' AND p.status IN ('PAID','NOT_PRESENTED'))
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+
+	// paidWithoutLineSQL: a PAID payout with no ACCEPTED line although the last
+	// complete read started past its last ACKED attempt's submitted_at (with none,
+	// its updated_at) plus the settle window: booked, and the rail says it never paid.
+	paidWithoutLineSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
+SELECT 'PAID_WITHOUT_LINE', p.payout_id, NULL,
+       format('PAID with rail reference %s, but the statement read at %s has no ACCEPTED line of it',
+              coalesce(p.rail_reference, '(none)'), c.read_at)
+  FROM payout p
+  JOIN reconciler_cursor c ON c.read_at IS NOT NULL
+  LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
+                      WHERE s.payout_id = p.payout_id AND s.outcome = 'ACKED') a ON true
+ WHERE p.status = 'PAID'
+   AND c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond'
+   AND NOT EXISTS (SELECT 1 FROM rail_statement_line l WHERE l.reference = p.payout_id AND l.result = 'ACCEPTED')
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+)
+
+// crossCheck records what the lines and the books' current state prove together
+// (C6 step 3): LINE_CONTRADICTS_PAYOUT and PAID_WITHOUT_LINE. It returns the
+// exceptions newly recorded.
+func (ss *session) crossCheck(ctx context.Context, settleAfter time.Duration) ([]exception, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	var all []exception
+	for _, q := range []struct {
+		what string
+		sql  string
+		args []any
+	}{
+		{"contradicting lines", contradictionsSQL, nil},
+		{"PAID payouts without a line", paidWithoutLineSQL, []any{settleAfter.Microseconds()}},
+	} {
+		rows, err := ss.conn.Query(ctx, q.sql, q.args...)
+		if err != nil {
+			return all, fmt.Errorf("cross-check %s: %w", q.what, err)
+		}
+		got, err := collectExceptions(rows)
+		if err != nil {
+			return all, fmt.Errorf("cross-check %s: %w", q.what, err)
+		}
+		all = append(all, got...)
+	}
+	return all, nil
+}
+
+const countAmbiguousSQL = `SELECT count(*) FROM payout WHERE status = 'AMBIGUOUS'`
+
+// countAmbiguous is the number of AMBIGUOUS payouts now.
+func (ss *session) countAmbiguous(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	var n int64
+	if err := ss.conn.QueryRow(ctx, countAmbiguousSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count AMBIGUOUS payouts: %w", err)
+	}
+	return n, nil
+}
+
+// rollback ends tx if it is still open, detached from a cancelled pass and briefly
+// bounded, so a stopped pass never leaves a transaction open on its connection.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
