@@ -27,6 +27,7 @@ const (
 	CodeLeaseLost           = "LEASE_LOST"
 	CodePayoutConflict      = "PAYOUT_CONFLICT"
 	CodePayoutFinal         = "PAYOUT_FINAL"
+	CodeGrantRejected       = "GRANT_REJECTED"
 )
 
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
@@ -47,6 +48,7 @@ var titles = map[string]string{
 	CodeLeaseLost:           "Lease lost",
 	CodePayoutConflict:      "Payout conflict",
 	CodePayoutFinal:         "Payout final",
+	CodeGrantRejected:       "Grant rejected",
 }
 
 // FieldError is one element of an INVALID_REQUEST answer's errors list.
