@@ -48,7 +48,7 @@ func TestLeaseGrant(t *testing.T) {
 	c := lockclient.New("http://" + ln.Addr().String())
 	var lease *lockclient.Lease
 	for i := 0; ; i++ { // until the server is up
-		if lease, err = c.Acquire(context.Background(), "account:acct-1", "worker-1", 300*time.Millisecond); err == nil {
+		if lease, err = c.Acquire(context.Background(), "account:acct-1", "worker-1", 3*time.Second); err == nil {
 			break
 		}
 		if i > 500 {
@@ -68,7 +68,7 @@ func TestLeaseGrant(t *testing.T) {
 		t.Fatalf("Lease.Grant() = %q does not verify: %v", g, r)
 	}
 	first := lease.ExpiresAt()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for !lease.ExpiresAt().After(first) { // renewed at least once
 		if time.Now().After(deadline) || lease.Err() != nil {
 			t.Fatalf("no renewal: %v", lease.Err())

@@ -110,8 +110,14 @@ type submitAnswer struct {
 	err          error  // answerNone and answerInvalid: why
 }
 
-// submit presents one payout to rail-proxy, once. ctx bounds the whole call.
+// submit presents one payout to rail-proxy, once, without a grant.
 func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
+	return c.submitWithGrant(ctx, p, token, "", owner)
+}
+
+// submitWithGrant presents one payout to rail-proxy, once, with grant — the
+// lease's signed grant of token (C7; "" sends none). ctx bounds the whole call.
+func (c *proxyClient) submitWithGrant(ctx context.Context, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return submitAnswer{err: fmt.Errorf("encode submission: %w", err)}
@@ -128,6 +134,9 @@ func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, t
 	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
 	req.Header.Set(lockapi.HeaderOwnerID, owner)
 	req.Header.Set(lockapi.HeaderIdempotencyKey, idempotencyKey(p.PayoutID, token))
+	if grant != "" {
+		req.Header.Set(lockapi.HeaderFencingGrant, grant)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return submitAnswer{err: fmt.Errorf("submit to rail-proxy: %w", err)}
@@ -203,6 +212,16 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 	case lockapi.CodeRailUnavailable:
 		a.kind = answerUnavailable
 		member("stage", &a.stage)
+	case lockapi.CodeGrantRejected:
+		// Refused before admission (C7): nothing was written or presented. Our
+		// lease's grant did not prove the token — a key the proxy does not know,
+		// most likely: handled like a request refused as invalid.
+		if resp.StatusCode != http.StatusUnauthorized {
+			a.err = fmt.Errorf("GRANT_REJECTED answered with status %d", resp.StatusCode)
+			return a
+		}
+		a.kind = answerInvalid
+		a.err = p
 	case lockapi.CodeInvalidRequest:
 		switch resp.StatusCode {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:

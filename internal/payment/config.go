@@ -29,6 +29,9 @@ type Config struct {
 	LogLevel      string // LOG_LEVEL
 	PaydbURL      string // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns int    // PAYDB_MAX_CONNS
+	// GrantKeysFile is PAYMENT_GRANT_KEYS_FILE: the JWK Set every claim's and
+	// post's X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -105,6 +108,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.String(&cfg.PaydbURL, "PAYDB_URL", "", "paydb PostgreSQL URL; the libpq PG* environment when empty")
 	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", DefaultMaxConns,
 		"paydb pool size; a request waiting longer than 2s for paydb answers 503")
+	s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
+		"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (C7); empty: tokens are not verified")
 	switch cmd {
 	case "serve", "migrate":
 	case "help":

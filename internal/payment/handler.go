@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"lock.dev/internal/grant"
 	"lock.dev/lockapi"
 )
 
@@ -18,6 +19,7 @@ type handlers struct {
 	metrics   *metrics
 	logger    *slog.Logger
 	dbTimeout time.Duration
+	grants    *grant.Gate // C7: claims and posts must prove their token, when it verifies
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.
@@ -106,6 +108,9 @@ func (h *handlers) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
+	if !h.checkGrant(ctx, w, r, id, f) {
+		return
+	}
 	p, err := h.store.Claim(ctx, id, f.Token, f.OwnerID)
 	if err != nil {
 		h.refuse(w, r, "claim", id, f, err)
@@ -134,6 +139,9 @@ func (h *handlers) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
+	if !h.checkGrant(ctx, w, r, id, f) {
+		return
+	}
 	p, err := h.store.Post(ctx, id, f.Token, f.OwnerID, u)
 	if err != nil {
 		h.refuse(w, r, "post", id, f, err)

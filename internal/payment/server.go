@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
 
@@ -41,6 +42,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	keys, ignoredKeys, err := loadGrantKeys(cfg.GrantKeysFile)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
 	if err != nil {
 		return fmt.Errorf("paydb: %w", err)
@@ -59,9 +64,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	gate, err := grant.NewGate(keys, 0, reg, logger)
+	if err != nil {
+		return err
+	}
+	gate.Announce("PAYMENT_GRANT_KEYS_FILE", ignoredKeys)
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
-	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout()}
+	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout(), grants: gate}
 
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {

@@ -46,6 +46,9 @@ type Config struct {
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
 	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
+	// X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -148,6 +151,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
 	s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
 	s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
+	s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
 	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s")
 	extra, err := s.Parse(rest)
 	if err != nil {
