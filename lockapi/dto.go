@@ -139,6 +139,9 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquiredAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	TTLMs      int64     `json:"ttlMs"`
+	// Grant is lock-server's signed grant of Token to OwnerID for LockName (C7);
+	// absent when lock-server signs nothing.
+	Grant string `json:"grant,omitempty"`
 }
 
 // LockState is the answer of GET /v1/locks/{name}.
@@ -148,6 +151,9 @@ type LockState struct {
 	Token     int64      `json:"token"`
 	Held      bool       `json:"held"`
 	ExpiresAt *time.Time `json:"expiresAt"`
+	// Grant is the live lease's signed grant (C7): absent when the lock is not
+	// held, or when lock-server signs nothing.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Grant is one element of a lock's grant history.

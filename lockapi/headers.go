@@ -17,6 +17,8 @@ const (
 	HeaderFencingToken   = "X-Fencing-Token"
 	HeaderOwnerID        = "X-Owner-Id"
 	HeaderIdempotencyKey = "X-Idempotency-Key"
+	// HeaderFencingGrant carries lock-server's signed grant of the token (C7).
+	HeaderFencingGrant = "X-Fencing-Grant"
 )
 
 // Value bounds (C3 #ct3-conventions).

@@ -28,7 +28,8 @@ const (
 	CodePayoutConflict      = "PAYOUT_CONFLICT"
 	CodePayoutFinal         = "PAYOUT_FINAL"
 	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle, C6).
-	CodeUnauthorized = "UNAUTHORIZED"
+	CodeUnauthorized  = "UNAUTHORIZED"
+	CodeGrantRejected = "GRANT_REJECTED"
 )
 
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
@@ -50,6 +51,7 @@ var titles = map[string]string{
 	CodePayoutConflict:      "Payout conflict",
 	CodePayoutFinal:         "Payout final",
 	CodeUnauthorized:        "Unauthorized",
+	CodeGrantRejected:       "Grant rejected",
 }
 
 // FieldError is one element of an INVALID_REQUEST answer's errors list.

@@ -51,6 +51,7 @@ type Lease struct {
 	epoch     uint64        // bumped by Freeze: a renewal sent before it is void
 	inflight  context.CancelFunc
 	expiresAt time.Time // lockdb's expiry as last reported
+	grant     string    // lock-server's signed grant of the token, as last answered (C7)
 }
 
 func newLease(parent context.Context, c *Client, name, owner string, dto lockapi.Lease, ttl time.Duration, sent time.Time) *Lease {
@@ -70,6 +71,7 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		expiresAt: dto.ExpiresAt,
+		grant:     dto.Grant,
 	}
 	if l.interval <= 0 {
 		l.interval = time.Millisecond
@@ -83,6 +85,17 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 
 // Token is the fencing token of this grant: present it with every write.
 func (l *Lease) Token() int64 { return l.token }
+
+// Grant is lock-server's signed grant of this lease's token (C7): present it
+// with the token (X-Fencing-Grant) so a fence point can tell the token was
+// granted, to this owner, for this lock. "" when lock-server signs nothing. A
+// renewal answers the same grant; should lock-server's key have been rotated
+// meanwhile, it answers the grant signed with the new key, and Grant returns that.
+func (l *Lease) Grant() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grant
+}
 
 // Name is the lock's name.
 func (l *Lease) Name() string { return l.name }
@@ -228,6 +241,9 @@ func (l *Lease) renewOnce() {
 	switch {
 	case err == nil:
 		l.expiresAt = dto.ExpiresAt
+		if dto.Grant != "" {
+			l.grant = dto.Grant
+		}
 		l.armLocked(sent.Add(l.safe))
 	case errors.Is(err, ErrLeaseLost):
 		log.Warn("lease lost", "event", "lease_lost", "error", err.Error())

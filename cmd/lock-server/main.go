@@ -2,6 +2,7 @@
 //
 //	lock-server [serve]   serve the API (default)
 //	lock-server migrate   apply lockdb's migrations and exit
+//	lock-server keygen --out DIR   make a key pair for signing grants (C7)
 //
 // Every setting is an environment variable and an equal flag; --help lists them.
 package main
@@ -30,6 +31,9 @@ func run(ctx context.Context) error {
 	}
 	if cmd == lockserver.CmdMigrate {
 		return lockserver.Migrate(ctx, cfg)
+	}
+	if cmd == lockserver.CmdKeygen {
+		return lockserver.Keygen(os.Args[2:], os.Stdout)
 	}
 	return lockserver.Run(ctx, cfg)
 }

@@ -27,6 +27,11 @@ type Config struct {
 	MaxDuration time.Duration // bound of one run; payouts still unsettled then are violations
 	Fencing     bool          // RAIL_PROXY_FENCING_ENABLED of a single run
 	Compare     bool          // run fencing on and off on fresh databases, side by side
+	// Grants: lock-server signs every grant and rail-proxy and payment-resource
+	// verify them (C7), in the runs. Attack: after the runs, a rogue client with
+	// no lease presents a huge token, with and without verification.
+	Grants bool
+	Attack bool
 
 	JSON bool // the report as JSON on stdout
 	Keep bool // leave the servers running after the report until interrupted
@@ -56,6 +61,8 @@ func DefaultConfig() Config {
 		MaxDuration:        50 * time.Second,
 		Fencing:            true,
 		Compare:            true,
+		Grants:             true,
+		Attack:             true,
 		LeaseTTL:           time.Second,
 		Pause:              2 * time.Second,
 		RailReadTimeout:    400 * time.Millisecond,
@@ -131,6 +138,8 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.MaxDuration, "max-duration", cfg.MaxDuration, "bound of one run; payouts still unsettled then fail the run")
 	fs.BoolVar(&cfg.Fencing, "fencing", cfg.Fencing, "RAIL_PROXY_FENCING_ENABLED for a single run (given alone, turns --compare off)")
 	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
+	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (C7) in the runs")
+	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not (needs the throwaway PostgreSQL)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
 	fs.StringVar(&cfg.PaydbURL, "paydb-url", "", "use this empty paydb instead of a throwaway PostgreSQL (with --lockdb-url)")
@@ -148,8 +157,10 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail-proxy,
 seeds payouts, runs executors with stale-writer pauses, a slow and lossy rail and a
 rail-proxy crash, then checks the invariants from ground truth. By default it runs the
-same seeded scenario twice, with fencing on and off. Exit status 0 only when every
-invariant held in the fenced run. See docs/lockdemo.md.
+same seeded scenario twice, with fencing on and off, with grants signed and verified
+(C7), and then shows a rogue client's made-up token refused with grants verified and
+admitted without. Exit status 0 only when every invariant held in the fenced run and
+every rogue attempt was refused. See docs/lockdemo.md.
 
 usage: lockdemo [flags]
 

@@ -18,7 +18,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Compare || !cfg.Fencing || cfg.Payouts != DefaultConfig().Payouts {
+	if !cfg.Compare || !cfg.Fencing || !cfg.Grants || !cfg.Attack || cfg.Payouts != DefaultConfig().Payouts {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = ParseArgs([]string{"--fencing=false", "--payouts", "30", "--accounts=3", "--seed=9", "--max-duration=20s"}, nil)
@@ -45,7 +45,7 @@ func TestParseArgs(t *testing.T) {
 	if _, err := ParseArgs([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "docs/lockdemo.md"} {
+	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "docs/lockdemo.md"} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -55,7 +56,10 @@ type Output struct {
 	Seed     int64     `json:"seed"`
 	Settings Settings  `json:"settings"`
 	Runs     []*Result `json:"runs"`
-	// OK is the exit status's verdict: every invariant held in the fenced run.
+	// Attack is the rogue client's attempts, with grants verified and not (C7).
+	Attack []*AttackResult `json:"attack,omitempty"`
+	// OK is the exit status's verdict: every invariant held in the fenced run,
+	// and every rogue attempt was refused with grants verified.
 	OK      bool   `json:"ok"`
 	LogPath string `json:"logPath"`
 }
@@ -91,12 +95,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 	defer logFile.Close()
 	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers; service logs in %s",
 		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, logPath)
+	keysRoot, removeKeys, err := makeKeysRoot()
+	if err != nil {
+		return false, err
+	}
+	defer removeKeys()
 
 	settings := []bool{cfg.Fencing}
 	if cfg.Compare {
 		settings = []bool{true, false}
 	}
 	targets := make([]target, len(settings))
+	var cluster *pgcluster.Cluster
 	if cfg.PaydbURL != "" {
 		for i := range targets {
 			targets[i] = target{paydbURL: cfg.PaydbURL, lockdbURL: cfg.LockdbURL, wipe: i > 0}
@@ -104,7 +114,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 	} else {
 		p.say("starting a throwaway PostgreSQL …")
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		cluster, err := pgcluster.Start(sctx, pgcluster.Options{})
+		cluster, err = pgcluster.Start(sctx, pgcluster.Options{})
 		if err != nil {
 			cancel()
 			return false, fmt.Errorf("start a throwaway PostgreSQL: %w", err)
@@ -132,6 +142,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 	for i, on := range settings {
 		t := targets[i]
 		t.log, t.progress = logFile, p
+		t.keysDir = filepath.Join(keysRoot, "run-fencing-"+onOff(on))
 		p.say("run %d of %d: fencing %s (RAIL_PROXY_FENCING_ENABLED=%t)", i+1, len(settings), onOff(on), on)
 		r, err := runScenario(ctx, cfg, on, t)
 		if err != nil {
@@ -141,15 +152,21 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		runs = append(runs, r)
 	}
 
-	ok := verdict(runs)
+	var attacks []*AttackResult
+	if cfg.Attack && cluster != nil {
+		if attacks, err = runAttacks(ctx, cluster, cfg, keysRoot, logFile, p); err != nil {
+			return false, err
+		}
+	}
+	ok := verdict(runs) && attackVerdict(attacks)
 	if cfg.JSON {
-		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, OK: ok, LogPath: logPath}
+		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, OK: ok, LogPath: logPath}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return false, err
 		}
-	} else if err := writeReport(stdout, cfg, runs, ok, logPath); err != nil {
+	} else if err := writeReport(stdout, cfg, runs, attacks, ok, logPath); err != nil {
 		return false, err
 	}
 	if cfg.Keep {
@@ -172,6 +189,16 @@ func verdict(runs []*Result) bool {
 		}
 	}
 	return len(runs) > 0 && runs[0].Report.OK()
+}
+
+// attackVerdict: every rogue attempt refused where grants are verified.
+func attackVerdict(attacks []*AttackResult) bool {
+	for _, a := range attacks {
+		if a.GrantsVerified && !a.OK {
+			return false
+		}
+	}
+	return true
 }
 
 func onOff(on bool) string {
@@ -214,11 +241,12 @@ func settingsOf(cfg Config) Settings {
 }
 
 // writeReport is the human report: the settings, the table, the verdict.
-func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath string) error {
+func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResult, ok bool, logPath string) error {
 	cols := make([]invariants.Column, len(runs))
 	extra := []invariants.Row{
 		{Label: "wall time"}, {Label: "every payout settled in time"}, {Label: "executor pauses (stale-writer makers)"},
 		{Label: "rail-proxy crashes (SIGKILL, restart)"}, {Label: "slow-rail windows (latency > read timeout)"},
+		{Label: "grants signed and verified (C7)"},
 	}
 	for i, r := range runs {
 		cols[i] = invariants.Column{Title: "fencing " + onOff(r.Fencing), Report: r.Report}
@@ -227,6 +255,7 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath strin
 		extra[2].Values = append(extra[2].Values, strconv.FormatInt(r.Pauses, 10))
 		extra[3].Values = append(extra[3].Values, strconv.Itoa(r.Crashes))
 		extra[4].Values = append(extra[4].Values, strconv.Itoa(r.SlowWindows))
+		extra[5].Values = append(extra[5].Values, yesNo(r.Grants))
 	}
 	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
 		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s,\n"+
@@ -247,9 +276,15 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, ok bool, logPath strin
 	fmt.Fprintln(w, "Rail overtakes and presentations by superseded holders are reported, not failed: no gate in\n"+
 		"front of a memoryless rail can order calls in flight, nor fence a token before the newer one\n"+
 		"reaches it. docs/lockdemo.md explains every row.")
-	if ok {
+	writeAttack(w, attacks)
+	switch {
+	case ok && len(attacks) > 0:
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, and every rogue attempt was refused with grants verified.")
+	case ok:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on.")
-	} else {
+	case !attackVerdict(attacks):
+		fmt.Fprintln(w, "\nVERDICT: FAIL — a rogue attempt was not refused with grants verified (see the attack above).")
+	default:
 		fmt.Fprintln(w, "\nVERDICT: FAIL — an invariant did not hold in the run that decides the exit status (see violations above).")
 	}
 	fmt.Fprintf(w, "Service logs: %s\n", logPath)

@@ -22,6 +22,7 @@ import (
 // Result is one finished run of the scenario.
 type Result struct {
 	Fencing     bool          `json:"fencingEnabled"`
+	Grants      bool          `json:"grantsVerified"` // C7: lock-server signs, both fence points verify
 	Elapsed     time.Duration `json:"-"`
 	ElapsedMs   int64         `json:"elapsedMs"`
 	Settled     bool          `json:"settled"` // every payout reached a final state within --max-duration
@@ -53,6 +54,7 @@ type target struct {
 	wipe                bool      // empty the databases first (the second run on given databases)
 	log                 io.Writer // the services' logs
 	progress            *progress
+	keysDir             string // where the run's grant keys are made (with Config.Grants)
 }
 
 // scenario is one run in progress.
@@ -81,7 +83,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
-	run := &Result{Fencing: fencing, stack: s.st}
+	run := &Result{Fencing: fencing, Grants: cfg.Grants, stack: s.st}
 	keep := false
 	defer func() {
 		if !keep {
@@ -162,12 +164,21 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 func (s *scenario) start(ctx context.Context) error {
 	c := s.cfg
 	drop, decline := s.rates()
+	var grants map[string]map[string]string
+	if c.Grants {
+		// Keys made with lock-server keygen's code: lock-server signs, rail-proxy
+		// and payment-resource verify, the executors present their leases' grants.
+		var err error
+		if grants, err = stack.GrantEnv(s.t.keysDir); err != nil {
+			return fmt.Errorf("make the grant keys: %w", err)
+		}
+	}
 	st, err := stack.Start(ctx, stack.Options{
 		PaydbURL:     s.t.paydbURL,
 		LockdbURL:    s.t.lockdbURL,
 		ProxyAsChild: true,
 		Log:          s.t.log,
-		Env: map[string]map[string]string{
+		Env: stack.MergeEnv(grants, map[string]map[string]string{
 			"rail-proxy": {
 				"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
 				"RAIL_READ_TIMEOUT":            c.RailReadTimeout.String(),
@@ -180,7 +191,7 @@ func (s *scenario) start(ctx context.Context) error {
 				"RAIL_STUB_DROP_RATE":    strconv.FormatFloat(drop, 'g', -1, 64),
 				"RAIL_STUB_DECLINE_RATE": strconv.FormatFloat(decline, 'g', -1, 64),
 			},
-		},
+		}),
 	})
 	if err != nil {
 		return fmt.Errorf("start the system: %w", err)

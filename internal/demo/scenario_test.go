@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +39,13 @@ func runShort(t *testing.T, fencing bool) *Result {
 	defer cancel()
 	r, err := runScenario(ctx, shortConfig(), fencing, target{
 		paydbURL: pgtest.PaydbURL(t), lockdbURL: pgtest.LockdbURL(t), log: io.Discard,
+		keysDir: filepath.Join(t.TempDir(), "keys"),
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !r.Grants {
+		t.Error("the run does not sign and verify grants (C7)")
 	}
 	if r.Crashes != 1 || r.Pauses == 0 {
 		t.Errorf("the chaos did not happen: %d crashes, %d pauses", r.Crashes, r.Pauses)

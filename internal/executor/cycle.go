@@ -113,7 +113,7 @@ func (e *executor) stopped(ctx context.Context, lease *lockclient.Lease, step st
 func (e *executor) claim(ctx context.Context, lease *lockclient.Lease, id string) (lockapi.Payout, bool) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.requestTimeout())
 	defer cancel()
-	p, err := e.payouts.Claim(cctx, id, lease.Token(), e.cfg.OwnerID)
+	p, err := e.payouts.ClaimWithGrant(cctx, id, lease.Token(), lease.Grant(), e.cfg.OwnerID)
 	if err == nil {
 		e.log.Debug("payout claimed", "payoutId", id, "accountId", p.AccountID, "token", lease.Token())
 		return p, true
@@ -134,7 +134,7 @@ func (e *executor) claim(ctx context.Context, lease *lockclient.Lease, id string
 // submitAndSettle is steps 3 and 4: submit the claimed payout once and post what
 // the proxy said.
 func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease, p lockapi.Payout) {
-	token := lease.Token()
+	token, grant := lease.Token(), lease.Grant()
 	// The last lease check before the submission.
 	if e.stopped(ctx, lease, "submit") {
 		return
@@ -156,7 +156,7 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 		Currency:    p.Currency,
 		Beneficiary: p.Beneficiary,
 	}
-	ans := e.proxy.submit(sctx, req, token, e.cfg.OwnerID)
+	ans := e.proxy.submitWithGrant(sctx, req, token, grant, e.cfg.OwnerID)
 	if ans.kind == answerNone && ans.staleConn {
 		// A kept-alive connection rail-proxy had closed (idle, or shutting down)
 		// failed before a byte of answer. Most likely the proxy never read the
@@ -169,7 +169,7 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 		e.log.Info("submission failed on a reused connection before any answer; sending it again, same token, on a fresh connection",
 			"event", "submission_resent", "payoutId", p.PayoutID, "accountId", p.AccountID, "token", token,
 			"error", errText(ans.err))
-		ans = e.proxy.resubmit(sctx, req, token, e.cfg.OwnerID)
+		ans = e.proxy.resubmitWithGrant(sctx, req, token, grant, e.cfg.OwnerID)
 	}
 	cancel()
 
@@ -183,7 +183,7 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 		// The outcome is on record at the proxy; the reconcile pass adopts it.
 		return
 	}
-	e.post(ctx, p, token, *v.post)
+	e.post(ctx, p, token, grant, *v.post)
 }
 
 // pause is the stale-writer maker (C3 #ct3-executor): the lease is frozen — no
@@ -386,11 +386,11 @@ func postOutcome(r *lockapi.PostRequest) string {
 // A refusal (FENCED_OUT: someone re-claimed the payout; PAYOUT_FINAL: it is
 // settled) is an answer and is logged, never retried; only a call that got no
 // answer is tried again, a bounded number of times.
-func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, req lockapi.PostRequest) bool {
+func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, grant string, req lockapi.PostRequest) bool {
 	base := context.WithoutCancel(ctx)
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(base, e.cfg.requestTimeout())
-		_, err := e.payouts.Post(pctx, p.PayoutID, token, e.cfg.OwnerID, req)
+		_, err := e.payouts.PostWithGrant(pctx, p.PayoutID, token, grant, e.cfg.OwnerID, req)
 		cancel()
 		if err == nil {
 			e.log.Info("payout posted", "event", "payout_posted", "payoutId", p.PayoutID, "accountId", p.AccountID,

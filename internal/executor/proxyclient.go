@@ -128,21 +128,34 @@ type submitAnswer struct {
 	resent bool
 }
 
-// submit presents one payout to rail-proxy, once, on a pooled connection. ctx
-// bounds the whole call.
+// submit presents one payout to rail-proxy, once, on a pooled connection,
+// without a grant.
 func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
-	return c.send(ctx, c.hc, p, token, owner)
+	return c.submitWithGrant(ctx, p, token, "", owner)
+}
+
+// submitWithGrant presents one payout to rail-proxy, once, on a pooled
+// connection, with grant — the lease's signed grant of token (C7; "" sends
+// none). ctx bounds the whole call.
+func (c *proxyClient) submitWithGrant(ctx context.Context, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
+	return c.send(ctx, c.hc, p, token, grant, owner)
 }
 
 // resubmit presents the payout again, with the same token, on a connection opened
-// for this request alone. Only after a staleConn failure (see submitAndSettle).
+// for this request alone, without a grant.
 func (c *proxyClient) resubmit(ctx context.Context, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
-	a := c.send(ctx, c.fresh, p, token, owner)
+	return c.resubmitWithGrant(ctx, p, token, "", owner)
+}
+
+// resubmitWithGrant is resubmit with the lease's grant. Only after a staleConn
+// failure (see submitAndSettle).
+func (c *proxyClient) resubmitWithGrant(ctx context.Context, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
+	a := c.send(ctx, c.fresh, p, token, grant, owner)
 	a.resent = true
 	return a
 }
 
-func (c *proxyClient) send(ctx context.Context, hc *http.Client, p lockapi.SubmissionRequest, token int64, owner string) submitAnswer {
+func (c *proxyClient) send(ctx context.Context, hc *http.Client, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return submitAnswer{err: fmt.Errorf("encode submission: %w", err)}
@@ -159,6 +172,9 @@ func (c *proxyClient) send(ctx context.Context, hc *http.Client, p lockapi.Submi
 	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
 	req.Header.Set(lockapi.HeaderOwnerID, owner)
 	req.Header.Set(lockapi.HeaderIdempotencyKey, idempotencyKey(p.PayoutID, token))
+	if grant != "" {
+		req.Header.Set(lockapi.HeaderFencingGrant, grant)
+	}
 	var reused, answered atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn:              func(info httptrace.GotConnInfo) { reused.Store(info.Reused) },
@@ -240,6 +256,16 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 	case lockapi.CodeRailUnavailable:
 		a.kind = answerUnavailable
 		member("stage", &a.stage)
+	case lockapi.CodeGrantRejected:
+		// Refused before admission (C7): nothing was written or presented. Our
+		// lease's grant did not prove the token — a key the proxy does not know,
+		// most likely: handled like a request refused as invalid.
+		if resp.StatusCode != http.StatusUnauthorized {
+			a.err = fmt.Errorf("GRANT_REJECTED answered with status %d", resp.StatusCode)
+			return a
+		}
+		a.kind = answerInvalid
+		a.err = p
 	case lockapi.CodeInvalidRequest:
 		switch resp.StatusCode {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:

@@ -94,7 +94,7 @@ func (e *executor) reconcileOne(ctx context.Context, stale lockapi.Payout) {
 	}
 	// The pass counts what it settles: a post that did not land settles nothing,
 	// and the next pass would count the same payout again.
-	if e.post(ctx, p, token, *v.post) {
+	if e.post(ctx, p, token, lease.Grant(), *v.post) {
 		e.m.count(v.result)
 	}
 }

@@ -26,6 +26,14 @@ type Config struct {
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
 
+	// SigningKeyFile is LOCK_SERVER_SIGNING_KEY_FILE: a PEM PKCS#8 Ed25519 private
+	// key; every grant is signed with it (C7). Empty: no grants are signed.
+	SigningKeyFile string
+	// PreviousPublicKeysFile is LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE: a JWK Set
+	// published at GET /v1/keys beside the current key, so verifiers can be
+	// handed a rotation in advance. Optional.
+	PreviousPublicKeysFile string
+
 	// Listener, when set, is served instead of listening on Addr (tests, lockdemo).
 	Listener net.Listener
 	// LogOutput receives the JSON log; nil means os.Stdout.
@@ -107,9 +115,10 @@ func (c Config) clock() Clock {
 const (
 	CmdServe   = "serve"
 	CmdMigrate = "migrate"
+	CmdKeygen  = "keygen" // C7: lock-server keygen --out DIR
 )
 
-const synopsis = "lock-server [serve|migrate] [flags]"
+const synopsis = "lock-server [serve|migrate] [flags]  |  lock-server keygen --out DIR"
 
 // ParseConfig reads the subcommand (serve by default), then flags and environment
 // variables (a flag wins). --help writes the usage to stdout and returns serve.ErrHelp.
@@ -120,6 +129,11 @@ func ParseConfig(args []string, getenv func(string) string) (string, Config, err
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
 	cmd, rest := serve.SplitCommand(args, CmdServe)
 	cfg := DefaultConfig()
+	if cmd == CmdKeygen {
+		// keygen has flags of its own and needs none of the service's settings:
+		// the caller hands the arguments after it to Keygen.
+		return cmd, cfg, nil
+	}
 	s := serve.NewSettings("lock-server", getenv)
 	s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
 	s.String(&cfg.LogLevel, "LOG_LEVEL", "info", "log level: debug, info, warn, error")
@@ -129,12 +143,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (st
 	s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
 	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
 		"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+	s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (C7); empty: grants are not signed")
+	s.String(&cfg.PreviousPublicKeysFile, "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE", "", "JWK Set published at GET /v1/keys beside the current key (a rotation announced in advance)")
 	if cmd == "help" {
 		s.Usage(usage, synopsis)
 		return cmd, cfg, serve.ErrHelp
 	}
 	if cmd != CmdServe && cmd != CmdMigrate {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unknown command %q (want serve or migrate)", cmd)}
+		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unknown command %q (want serve, migrate or keygen)", cmd)}
 	}
 	extra, err := s.Parse(rest)
 	if err != nil {

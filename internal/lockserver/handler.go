@@ -24,6 +24,7 @@ type handler struct {
 	clock    Clock
 	minTTLMs int64
 	maxTTLMs int64
+	grants   grants // C7: the signer of every grant answered, if any
 }
 
 // Grant history page sizes (C2 #ct2-api).
@@ -103,7 +104,7 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 		h.metrics.grant.WithLabelValues(resultGranted).Inc()
 		h.logger.Info("lock granted", "event", "lock_granted", "lockName", c.name, "ownerId", c.owner,
 			"token", l.Token, "ttlMs", c.ttlMs, "expiresAt", lockapi.UTC(l.ExpiresAt), "durationMs", ms(since(h.clock, start)))
-		lockapi.WriteJSON(w, http.StatusOK, leaseDTO(l, c.ttlMs))
+		h.writeLease(w, "acquire", l, c.ttlMs)
 		return
 	case errors.As(err, &held):
 		h.metrics.grant.WithLabelValues(resultHeld).Inc()
@@ -124,7 +125,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		h.metrics.renew.WithLabelValues(resultRenewed).Inc()
 		h.logger.Debug("lease renewed", "event", "lease_renewed", "lockName", c.name, "ownerId", c.owner,
 			"token", c.token, "expiresAt", lockapi.UTC(l.ExpiresAt), "durationMs", ms(since(h.clock, start)))
-		lockapi.WriteJSON(w, http.StatusOK, leaseDTO(l, c.ttlMs))
+		h.writeLease(w, "renew", l, c.ttlMs)
 		return
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
 		h.metrics.renew.WithLabelValues(resultLost).Inc()
@@ -169,6 +170,12 @@ func (h *handler) getLock(w http.ResponseWriter, r *http.Request) {
 	out := lockapi.LockState{LockName: st.Name, Token: st.Token, Held: st.Held}
 	if st.Held {
 		out.OwnerID = &st.Owner
+		// The live lease's grant, re-signed from the same facts: the same bytes
+		// the acquire answered.
+		if out.Grant, err = h.grants.sign(st.Name, st.Token, st.Owner, st.AcquiredAt); err != nil {
+			h.writeError(w, "sign grant", leaseCall{name: name}, err)
+			return
+		}
 	}
 	if !st.ExpiresAt.IsZero() {
 		t := lockapi.UTC(st.ExpiresAt)
@@ -258,6 +265,19 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 		p = lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal, "internal error", nil)
 	}
 	lockapi.WriteProblem(w, p)
+}
+
+// writeLease answers an acquire or renewal with its grant (C7). A grant that
+// cannot be signed is a 500: the lease stands in lockdb and ends with its TTL.
+func (h *handler) writeLease(w http.ResponseWriter, op string, l Lease, ttlMs int64) {
+	dto := leaseDTO(l, ttlMs)
+	g, err := h.grants.sign(l.Name, l.Token, l.Owner, l.AcquiredAt)
+	if err != nil {
+		h.writeError(w, op+": sign grant", leaseCall{name: l.Name, owner: l.Owner, token: l.Token}, err)
+		return
+	}
+	dto.Grant = g
+	lockapi.WriteJSON(w, http.StatusOK, dto)
 }
 
 func leaseDTO(l Lease, ttlMs int64) lockapi.Lease {

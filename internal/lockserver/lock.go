@@ -24,6 +24,8 @@ type LockState struct {
 	Token     int64  // the last token issued
 	Held      bool   // an owner is set and its lease has not expired by lockdb's clock
 	ExpiresAt time.Time
+	// AcquiredAt is when the last grant was made (lockdb's clock): its iat (C7).
+	AcquiredAt time.Time
 }
 
 // Grant is one row of a lock's grant history.

@@ -48,6 +48,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	gr, err := loadGrants(cfg, logger)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg.LockdbURL, cfg.LockdbMaxConns)
 	if err != nil {
 		return fmt.Errorf("lockdb: %w", err)
@@ -70,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
-	handler := newServer(st, newMetrics(reg), health, reg, logger, cfg)
+	handler := newServer(st, newMetrics(reg), health, reg, logger, cfg, gr)
 
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {
@@ -105,7 +109,7 @@ func Migrate(ctx context.Context, cfg Config) error {
 }
 
 // newServer is the whole HTTP surface of lock-server.
-func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Registry, logger *slog.Logger, cfg Config) http.Handler {
+func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Registry, logger *slog.Logger, cfg Config, gr grants) http.Handler {
 	h := &handler{
 		store:    st,
 		metrics:  m,
@@ -113,6 +117,7 @@ func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Regi
 		clock:    cfg.clock(),
 		minTTLMs: cfg.MinTTL.Milliseconds(),
 		maxTTLMs: cfg.MaxTTL.Milliseconds(),
+		grants:   gr,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/locks/{name}/acquire", h.acquire)
@@ -120,6 +125,7 @@ func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Regi
 	mux.HandleFunc("POST /v1/locks/{name}/release", h.release)
 	mux.HandleFunc("GET /v1/locks/{name}", h.getLock)
 	mux.HandleFunc("GET /v1/locks/{name}/grants", h.getGrants)
+	mux.HandleFunc("GET /v1/keys", gr.keys)
 	serve.Mount(mux, health, reg)
 	return serve.Handler(mux, logger)
 }

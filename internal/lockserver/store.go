@@ -272,7 +272,7 @@ func (s *store) release(ctx context.Context, name, owner string, token int64) (b
 
 const sqlLock = `
 SELECT owner_id, token, expires_at,
-       owner_id IS NOT NULL AND expires_at > clock_timestamp()
+       owner_id IS NOT NULL AND expires_at > clock_timestamp(), acquired_at
   FROM lock_lease WHERE lock_name = $1`
 
 // lock reads a lock's state, held or not by lockdb's clock.
@@ -281,8 +281,8 @@ func (s *store) lock(ctx context.Context, name string) (LockState, error) {
 	defer cancel()
 	st := LockState{Name: name}
 	var owner *string
-	var expires *time.Time
-	err := s.pool.QueryRow(ctx, sqlLock, name).Scan(&owner, &st.Token, &expires, &st.Held)
+	var expires, acquired *time.Time
+	err := s.pool.QueryRow(ctx, sqlLock, name).Scan(&owner, &st.Token, &expires, &st.Held, &acquired)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LockState{}, ErrNotFound
 	}
@@ -294,6 +294,9 @@ func (s *store) lock(ctx context.Context, name string) (LockState, error) {
 	}
 	if expires != nil {
 		st.ExpiresAt = *expires
+	}
+	if acquired != nil {
+		st.AcquiredAt = *acquired
 	}
 	return st, nil
 }

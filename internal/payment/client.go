@@ -100,24 +100,40 @@ func (c *Client) List(ctx context.Context, status, accountID string, updatedBefo
 	return l.Payouts, nil
 }
 
-// Claim claims a payout with token for owner (fence point (a)).
+// Claim claims a payout with token for owner (fence point (a)), without a grant.
 func (c *Client) Claim(ctx context.Context, id string, token int64, owner string) (lockapi.Payout, error) {
+	return c.ClaimWithGrant(ctx, id, token, "", owner)
+}
+
+// ClaimWithGrant is Claim presenting grant, lock-server's signed grant of token
+// (C7; "" sends none).
+func (c *Client) ClaimWithGrant(ctx context.Context, id string, token int64, grant, owner string) (lockapi.Payout, error) {
 	var p lockapi.Payout
-	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, fencing(token, owner), nil, &p)
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, fencing(token, grant, owner), nil, &p)
 	return p, err
 }
 
-// Post records the rail's outcome for a payout claimed with token by owner.
+// Post records the rail's outcome for a payout claimed with token by owner,
+// without a grant.
 func (c *Client) Post(ctx context.Context, id string, token int64, owner string, req lockapi.PostRequest) (lockapi.Payout, error) {
+	return c.PostWithGrant(ctx, id, token, "", owner, req)
+}
+
+// PostWithGrant is Post presenting grant, lock-server's signed grant of token
+// (C7; "" sends none).
+func (c *Client) PostWithGrant(ctx context.Context, id string, token int64, grant, owner string, req lockapi.PostRequest) (lockapi.Payout, error) {
 	var p lockapi.Payout
-	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, fencing(token, owner), req, &p)
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, fencing(token, grant, owner), req, &p)
 	return p, err
 }
 
-func fencing(token int64, owner string) http.Header {
+func fencing(token int64, grant, owner string) http.Header {
 	h := http.Header{}
 	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
 	h.Set(lockapi.HeaderOwnerID, owner)
+	if grant != "" {
+		h.Set(lockapi.HeaderFencingGrant, grant)
+	}
 	return h
 }
 

@@ -34,6 +34,9 @@ type Config struct {
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
 	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint (C6)
+	// GrantKeysFile is PAYMENT_GRANT_KEYS_FILE: the JWK Set every claim's and
+	// post's X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -120,6 +123,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
 		"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
+	s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
+		"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (C7); empty: tokens are not verified")
 	switch cmd {
 	case "serve", "migrate":
 	case "help":

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"lock.dev/internal/grant"
 	"lock.dev/lockapi"
 )
 
@@ -19,7 +20,8 @@ type handlers struct {
 	logger    *slog.Logger
 	dbTimeout time.Duration
 
-	settleToken string // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
+	settleToken string      // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
+	grants      *grant.Gate // C7: claims and posts must prove their token, when it verifies
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.
@@ -108,6 +110,9 @@ func (h *handlers) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
+	if !h.checkGrant(ctx, w, r, id, f) {
+		return
+	}
 	p, err := h.store.Claim(ctx, id, f.Token, f.OwnerID)
 	if err != nil {
 		h.refuse(w, r, "claim", id, f, err)
@@ -136,6 +141,9 @@ func (h *handlers) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
+	if !h.checkGrant(ctx, w, r, id, f) {
+		return
+	}
 	p, err := h.store.Post(ctx, id, f.Token, f.OwnerID, u)
 	if err != nil {
 		h.refuse(w, r, "post", id, f, err)

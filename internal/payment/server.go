@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/internal/dbconn"
+	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
 
@@ -45,6 +46,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	keys, ignoredKeys, err := loadGrantKeys(cfg.GrantKeysFile)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
 	if err != nil {
 		return fmt.Errorf("paydb: %w", err)
@@ -69,9 +74,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	gate, err := grant.NewGate(keys, 0, reg, logger)
+	if err != nil {
+		return err
+	}
+	gate.Announce("PAYMENT_GRANT_KEYS_FILE", ignoredKeys)
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
-	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken}
+	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
 
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {

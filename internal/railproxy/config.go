@@ -61,6 +61,9 @@ type Config struct {
 	// may sit idle in the pool; 0 disables reuse (a new connection per call).
 	RailIdleConnTimeout time.Duration
 	UnsafeNonDurableDB  bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
+	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
+	// X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -181,6 +184,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
 	s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+	s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
 	extra, err := s.Parse(rest)
 	if err != nil {
 		if errors.Is(err, serve.ErrHelp) {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sort"
 
+	"lock.dev/internal/grant"
 	"lock.dev/lockapi"
 )
 
@@ -49,12 +50,17 @@ func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi
 }
 
 // handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing
-// and calls nothing: validation is complete before the admission begins.
-func handleSubmit(a *admitter) http.HandlerFunc {
+// and calls nothing: validation is complete before the admission begins. So is
+// the grant check (C7): a token lock-server did not grant for this account to
+// this owner never reaches the gate's decision — no row, no mark moved, no rail.
+func handleSubmit(a *admitter, gate *grant.Gate) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sub, status, errs := BindSubmission(r)
 		if status != 0 {
 			lockapi.WriteInvalid(w, status, errs)
+			return
+		}
+		if !gate.Check(w, r, grant.Fenced{AccountID: sub.AccountID, PayoutID: sub.PayoutID, Token: sub.Token, OwnerID: sub.OwnerID}) {
 			return
 		}
 		rep := a.Submit(r.Context(), sub)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/internal/dbconn"
+	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
 
@@ -22,8 +23,8 @@ import (
 const startupCheckTimeout = 15 * time.Second
 
 // routes lists rail-proxy's whole API.
-func routes(mux *http.ServeMux, a *admitter, store *Store, logger *slog.Logger) {
-	mux.Handle("POST /v1/rail/submissions", handleSubmit(a))
+func routes(mux *http.ServeMux, a *admitter, gate *grant.Gate, store *Store, logger *slog.Logger) {
+	mux.Handle("POST /v1/rail/submissions", handleSubmit(a, gate))
 	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
 	mux.Handle("GET /v1/rail/statement", handleStatement(a.rail, a.metrics.statementReads, logger)) // statement.go
 }
@@ -60,6 +61,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		logger.Error("FENCING IS DISABLED: tokens at or below an account's mark are admitted and forwarded; this exists to demonstrate the hazard, never for production",
 			"event", "fencing_disabled")
 	}
+	keys, ignoredKeys, err := loadGrantKeys(cfg.GrantKeysFile)
+	if err != nil {
+		return err
+	}
 	store, err := OpenStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
 	if err != nil {
 		return fmt.Errorf("paydb: %w", err)
@@ -74,6 +79,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	m := newMetrics(reg, cfg.FencingEnabled)
+	gate, err := grant.NewGate(keys, 0, reg, logger)
+	if err != nil {
+		return err
+	}
+	gate.Announce("RAIL_PROXY_GRANT_KEYS_FILE", ignoredKeys)
 	rail := newRailClient(cfg)
 	defer rail.close()
 	a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled,
@@ -95,7 +105,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	health := newHealth(store, rail)
 	mux := http.NewServeMux()
-	routes(mux, a, store, logger)
+	routes(mux, a, gate, store, logger)
 	serve.Mount(mux, health, reg)
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {

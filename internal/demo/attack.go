@@ -1,0 +1,641 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/executor"
+	"lock.dev/internal/grant"
+	"lock.dev/internal/grant/forge"
+	"lock.dev/internal/payment"
+	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/stack"
+	"lock.dev/lockapi"
+	"lock.dev/lockclient"
+)
+
+// The attack (issue 12, C7): a rogue client with network access and no lease
+// presents a huge fencing token for an account, to rail-proxy and to
+// payment-resource. Without signed grants a token is only a number: the gate
+// admits anything above the mark, the rail pays, and the mark — which never goes
+// down — fences every honest holder of the account out for ever. With grants
+// verified, every attempt is refused before anything is written or forwarded.
+//
+// Both columns run on a system of their own (fresh databases on the demo's
+// cluster), with fencing on, after the same honest warm-up; they differ only in
+// whether rail-proxy and payment-resource are given lock-server's key set.
+const (
+	attackVictim   = "acct-01"
+	attackOther    = "acct-02"
+	attackOwner    = "executor-1"
+	rogueOwner     = "rogue"
+	rogueAmount    = 99_999_999
+	rogueBenef     = "EVIL"
+	roguePrefix    = "p-rogue-"
+	attackTarget   = "p-target"   // the victim's pending payout the rogue claims
+	attackHonest1  = "p-honest-1" // paid before the attack: sets the victim's mark
+	attackHonest2  = "p-honest-2" // created after the attack: can an honest holder still pay?
+	attackOtherPay = "p-other-1"
+	attackPhase    = 30 * time.Second // bound of each honest phase
+)
+
+// AttackAttempt is one rogue request and what it got.
+type AttackAttempt struct {
+	Service string `json:"service"` // rail-proxy or payment-resource
+	Variant string `json:"variant"`
+	Token   int64  `json:"token"`
+	Status  int    `json:"status"`
+	Code    string `json:"code,omitempty"`   // the problem code; empty on success
+	Reason  string `json:"reason,omitempty"` // GRANT_REJECTED's reason
+	Want    string `json:"expectedReason"`   // the reason C7 gives this variant
+}
+
+// Refused says the attempt was refused for its grant with the expected reason.
+func (a AttackAttempt) Refused() bool {
+	return a.Status == http.StatusUnauthorized && a.Code == lockapi.CodeGrantRejected && a.Reason == a.Want
+}
+
+func (a AttackAttempt) String() string {
+	switch {
+	case a.Code == lockapi.CodeGrantRejected:
+		return fmt.Sprintf("%d %s", a.Status, a.Reason)
+	case a.Code != "":
+		return fmt.Sprintf("%d %s", a.Status, a.Code)
+	case a.Service == "rail-proxy":
+		return fmt.Sprintf("%d ACKED (paid)", a.Status)
+	default:
+		return fmt.Sprintf("%d CLAIMED", a.Status)
+	}
+}
+
+// PayoutState is a payout as payment-resource holds it.
+type PayoutState struct {
+	Status     string `json:"status"`
+	ClaimedBy  string `json:"claimedBy,omitempty"`
+	FenceToken int64  `json:"fenceToken"`
+	// Outcomes are its rail_submission rows' outcomes, oldest first.
+	Outcomes []string `json:"submissionOutcomes"`
+}
+
+func (p PayoutState) String() string {
+	s := p.Status
+	if p.Status == lockapi.StatusClaimed && p.ClaimedBy != "" {
+		s += " by " + p.ClaimedBy
+	}
+	if len(p.Outcomes) > 0 {
+		s += " (" + strings.Join(p.Outcomes, ", ") + ")"
+	}
+	return s
+}
+
+// AttackResult is one column of the attack.
+type AttackResult struct {
+	GrantsVerified bool            `json:"grantsVerified"`
+	Account        string          `json:"account"`
+	Attempts       []AttackAttempt `json:"attempts"`
+	// RogueRailCalls are the calls the rail received for the rogue's made-up
+	// payouts, and RogueAcceptedMinor what it accepted of them.
+	RogueRailCalls     int   `json:"rogueRailCalls"`
+	RogueAcceptedMinor int64 `json:"rogueAcceptedMinor"`
+	MarkBefore         int64 `json:"markBefore"`
+	MarkAfter          int64 `json:"markAfter"`
+	// Target is the victim's payout the rogue tried to claim, right after the
+	// attack and at the end; Honest is the payout created after the attack, at
+	// the end, once an honest executor has worked the account again.
+	TargetAfterAttack PayoutState `json:"targetAfterAttack"`
+	Target            PayoutState `json:"target"`
+	Honest            PayoutState `json:"honest"`
+	// OK: with grants verified, every attempt was refused for its grant with
+	// C7's reason, the rail saw nothing of the rogue, the mark did not move and
+	// the honest executor paid both payouts. Without verification, OK says the
+	// hazard showed as described (the huge token admitted, the honest holder
+	// fenced out), which is what the column exists to show.
+	OK        bool  `json:"ok"`
+	ElapsedMs int64 `json:"elapsedMs"`
+}
+
+// variant is one way the rogue tries: its grant for a token, and the reason a
+// verifying fence point gives it.
+type variant struct {
+	name   string
+	grant  func(token int64) ([]string, error)
+	reason string
+}
+
+// runAttacks runs both columns, grants verified first, each on fresh databases
+// of cluster, and returns them.
+func runAttacks(ctx context.Context, cluster *pgcluster.Cluster, cfg Config, keysRoot string, log io.Writer, p *progress) ([]*AttackResult, error) {
+	var out []*AttackResult
+	for _, verified := range []bool{true, false} {
+		name := "attack_" + map[bool]string{true: "verified", false: "unverified"}[verified]
+		p.say("attack: a rogue with no lease presents a huge token, grants %s …", map[bool]string{true: "verified", false: "not verified"}[verified])
+		for _, db := range []string{"paydb_" + name, "lockdb_" + name} {
+			if err := cluster.CreateDatabase(ctx, db, ""); err != nil {
+				return nil, err
+			}
+		}
+		r, err := runAttack(ctx, cfg, attackSite{
+			paydbURL: cluster.URL("paydb_" + name), lockdbURL: cluster.URL("lockdb_" + name),
+			keysDir: filepath.Join(keysRoot, name), verified: verified, log: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("attack, grants %s: %w", onOff(verified), err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+type attackSite struct {
+	paydbURL, lockdbURL string
+	keysDir             string
+	verified            bool
+	log                 io.Writer
+}
+
+// runAttack is one column: warm-up, attack, honest holder again.
+func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, error) {
+	start := time.Now()
+	env, err := stack.GrantEnv(t.keysDir)
+	if err != nil {
+		return nil, err
+	}
+	if !t.verified {
+		// lock-server still signs (the rogue has real grants to replay); the
+		// fence points are not given the key set.
+		delete(env, "rail-proxy")
+		delete(env, "payment-resource")
+	}
+	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log,
+		Env: stack.MergeEnv(env, map[string]map[string]string{"rail-stub": {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10)}})})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	a := &attack{st: st, pc: payment.NewClient(st.PaymentURL), cfg: cfg, log: t.log}
+	res := &AttackResult{GrantsVerified: t.verified, Account: attackVictim}
+
+	// Warm-up: an honest executor pays one payout of each account, so the victim
+	// has a mark and lock-server has granted real tokens.
+	if err := a.create(ctx, attackHonest1, attackVictim, 125_000); err != nil {
+		return nil, err
+	}
+	if err := a.create(ctx, attackOtherPay, attackOther, 80_000); err != nil {
+		return nil, err
+	}
+	if err := a.honestPhase(ctx, func(ctx context.Context) bool {
+		return a.final(ctx, attackHonest1) && a.final(ctx, attackOtherPay)
+	}); err != nil {
+		return nil, err
+	}
+	if !a.final(ctx, attackHonest1) {
+		return nil, errors.New("warm-up: the honest executor did not pay " + attackHonest1)
+	}
+	variants, err := a.variants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.create(ctx, attackTarget, attackVictim, 240_000); err != nil {
+		return nil, err
+	}
+
+	res.MarkBefore, err = mark(ctx, st.Paydb, attackVictim)
+	if err != nil {
+		return nil, err
+	}
+	// Strictly increasing huge tokens, so that without verification every
+	// attempt is above the mark the previous one left.
+	for i, v := range variants {
+		token := lockapi.MaxInt64 - int64(len(variants)-1-i)
+		grants, err := v.grant(token)
+		if err != nil {
+			return nil, err
+		}
+		res.Attempts = append(res.Attempts, a.rogueSubmit(ctx, fmt.Sprintf("%s%d", roguePrefix, i+1), token, grants, v))
+		res.Attempts = append(res.Attempts, a.rogueClaim(ctx, token, grants, v))
+	}
+	if res.MarkAfter, err = mark(ctx, st.Paydb, attackVictim); err != nil {
+		return nil, err
+	}
+	if res.TargetAfterAttack, err = a.state(ctx, attackTarget); err != nil {
+		return nil, err
+	}
+
+	// The honest holder comes back: a new payout of the victim account, and the
+	// one the rogue tried to claim.
+	if err := a.create(ctx, attackHonest2, attackVictim, 55_000); err != nil {
+		return nil, err
+	}
+	if err := a.honestPhase(ctx, func(ctx context.Context) bool {
+		if a.final(ctx, attackHonest2) && a.final(ctx, attackTarget) {
+			return true
+		}
+		s, err := a.state(ctx, attackHonest2)
+		return err == nil && len(s.Outcomes) > 0 && s.Outcomes[len(s.Outcomes)-1] == lockapi.OutcomeFenced
+	}); err != nil {
+		return nil, err
+	}
+	if res.Target, err = a.state(ctx, attackTarget); err != nil {
+		return nil, err
+	}
+	if res.Honest, err = a.state(ctx, attackHonest2); err != nil {
+		return nil, err
+	}
+	if res.RogueRailCalls, res.RogueAcceptedMinor, err = a.rogueCalls(ctx); err != nil {
+		return nil, err
+	}
+	res.OK = res.judge()
+	res.ElapsedMs = time.Since(start).Milliseconds()
+	return res, nil
+}
+
+// judge is the column's verdict (see AttackResult.OK).
+func (r *AttackResult) judge() bool {
+	if r.GrantsVerified {
+		for _, a := range r.Attempts {
+			if !a.Refused() {
+				return false
+			}
+		}
+		return r.RogueRailCalls == 0 && r.MarkAfter == r.MarkBefore &&
+			r.TargetAfterAttack.Status == lockapi.StatusPending &&
+			r.Target.Status == lockapi.StatusPaid && r.Honest.Status == lockapi.StatusPaid
+	}
+	fenced := false
+	for _, o := range r.Honest.Outcomes {
+		fenced = fenced || o == lockapi.OutcomeFenced
+	}
+	return r.RogueRailCalls > 0 && r.MarkAfter == lockapi.MaxInt64 && fenced && r.Honest.Status != lockapi.StatusPaid
+}
+
+// attack is one column's system and helpers.
+type attack struct {
+	st  *stack.Stack
+	pc  *payment.Client
+	cfg Config
+	log io.Writer
+}
+
+func (a *attack) create(ctx context.Context, id, account string, amount int64) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.pc.Create(cctx, lockapi.SubmissionRequest{PayoutID: id, AccountID: account, AmountMinor: amount,
+		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	return nil
+}
+
+func (a *attack) final(ctx context.Context, id string) bool {
+	s, err := a.state(ctx, id)
+	return err == nil && (s.Status == lockapi.StatusPaid || s.Status == lockapi.StatusDeclined || s.Status == lockapi.StatusAmbiguous)
+}
+
+func (a *attack) state(ctx context.Context, id string) (PayoutState, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := a.pc.Get(cctx, id)
+	if err != nil {
+		return PayoutState{}, fmt.Errorf("read %s: %w", id, err)
+	}
+	s := PayoutState{Status: p.Status, FenceToken: p.FenceToken}
+	if p.ClaimedBy != nil {
+		s.ClaimedBy = *p.ClaimedBy
+	}
+	rows, err := a.st.Paydb.Query(cctx, `SELECT coalesce(outcome, 'unresolved') FROM rail_submission WHERE payout_id = $1 ORDER BY submission_id`, id)
+	if err != nil {
+		return s, fmt.Errorf("read %s's submissions: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return s, err
+		}
+		s.Outcomes = append(s.Outcomes, o)
+	}
+	return s, rows.Err()
+}
+
+// honestPhase runs one honest executor until done holds or attackPhase passes.
+func (a *attack) honestPhase(ctx context.Context, done func(context.Context) bool) error {
+	ln, err := stack.Listener()
+	if err != nil {
+		return err
+	}
+	cfg := executor.DefaultConfig()
+	urls := a.st.ServiceURLs()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = urls["LOCK_SERVER_URL"], urls["PAYMENT_RESOURCE_URL"], urls["RAIL_PROXY_URL"]
+	cfg.OwnerID = attackOwner
+	cfg.Workers = 1
+	cfg.LeaseTTL = a.cfg.LeaseTTL
+	cfg.PollInterval = 50 * time.Millisecond
+	cfg.ReconcileInterval = 500 * time.Millisecond
+	cfg.Listener = ln
+	cfg.LogOutput = a.log
+	if err := cfg.Validate(); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	ectx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = executor.Run(ectx, cfg) })
+	deadline := time.Now().Add(attackPhase)
+	for !done(ctx) && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleep(ctx, 50*time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	if runErr != nil {
+		return fmt.Errorf("honest executor: %w", runErr)
+	}
+	return ctx.Err()
+}
+
+// variants are the rogue's five tries. Two of them replay real grants it saw in
+// transit: one of the victim account, one of another account, both taken here
+// from lock-server as an honest holder would get them.
+func (a *attack) variants(ctx context.Context) ([]variant, error) {
+	lc := lockclient.New(a.st.LockServerURL)
+	seen := func(account string) (string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := lc.Acquire(cctx, lockapi.AccountLockName(account), attackOwner, 5*time.Second)
+		if err != nil {
+			return "", fmt.Errorf("take a real grant of %s: %w", account, err)
+		}
+		g := l.Grant()
+		if err := l.Release(cctx); err != nil {
+			return "", err
+		}
+		if g == "" {
+			return "", errors.New("lock-server answered no grant")
+		}
+		return g, nil
+	}
+	victimGrant, err := seen(attackVictim)
+	if err != nil {
+		return nil, err
+	}
+	otherGrant, err := seen(attackOther)
+	if err != nil {
+		return nil, err
+	}
+	_, rogueKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	lock := lockapi.AccountLockName(attackVictim)
+	one := func(g string, err error) ([]string, error) { return []string{g}, err }
+	return []variant{
+		{"no grant", func(int64) ([]string, error) { return nil, nil }, grant.ReasonMissing},
+		{"a grant signed by the rogue's own key", func(tok int64) ([]string, error) {
+			return one(forge.OwnKey(rogueKey, lock, tok, rogueOwner))
+		}, grant.ReasonUnknownKey},
+		{"a real grant of " + attackOther, func(int64) ([]string, error) { return []string{otherGrant}, nil }, grant.ReasonLockMismatch},
+		{"a real grant of " + attackVictim + ", token edited", func(tok int64) ([]string, error) {
+			return one(forge.EditToken(victimGrant, tok))
+		}, grant.ReasonBadSignature},
+		{"a real grant of " + attackVictim + ", as seen", func(int64) ([]string, error) { return []string{victimGrant}, nil }, grant.ReasonTokenMismatch},
+	}, nil
+}
+
+// rogueSubmit presents a payout nobody created to rail-proxy: 99,999,999 minor
+// units to EVIL, with the huge token.
+func (a *attack) rogueSubmit(ctx context.Context, payoutID string, token int64, grants []string, v variant) AttackAttempt {
+	at := AttackAttempt{Service: "rail-proxy", Variant: v.name, Token: token, Want: v.reason}
+	body, _ := json.Marshal(lockapi.SubmissionRequest{PayoutID: payoutID, AccountID: attackVictim,
+		AmountMinor: rogueAmount, Currency: "EUR", Beneficiary: rogueBenef})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, a.st.ProxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(body)))
+	if err != nil {
+		at.Code = "CLIENT_ERROR"
+		return at
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderOwnerID, rogueOwner)
+	req.Header.Set(lockapi.HeaderIdempotencyKey, payoutID+":"+strconv.FormatInt(token, 10))
+	for _, g := range grants {
+		req.Header.Add(lockapi.HeaderFencingGrant, g)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		at.Code = "NO_ANSWER"
+		return at
+	}
+	defer resp.Body.Close()
+	b, _ := lockapi.ReadAllLimited(resp.Body, 1<<20)
+	at.Status = resp.StatusCode
+	if p := lockapi.ReadProblem(resp, b); p != nil {
+		at.Code = p.Code
+		_, _ = p.Member("reason", &at.Reason)
+	}
+	return at
+}
+
+// rogueClaim claims the victim's pending payout at payment-resource with the
+// huge token.
+func (a *attack) rogueClaim(ctx context.Context, token int64, grants []string, v variant) AttackAttempt {
+	at := AttackAttempt{Service: "payment-resource", Variant: v.name, Token: token, Want: v.reason}
+	g := ""
+	if len(grants) > 0 {
+		g = grants[0]
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.pc.ClaimWithGrant(cctx, attackTarget, token, g, rogueOwner)
+	var p *lockapi.Problem
+	switch {
+	case err == nil:
+		at.Status = http.StatusOK
+	case errors.As(err, &p):
+		at.Status, at.Code = p.Status, p.Code
+		_, _ = p.Member("reason", &at.Reason)
+	default:
+		at.Code = "NO_ANSWER"
+	}
+	return at
+}
+
+// rogueCalls counts what the rail received of the rogue's made-up payouts.
+func (a *attack) rogueCalls(ctx context.Context) (int, int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	calls, err := a.st.Stub.Calls(cctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, accepted := 0, int64(0)
+	for _, c := range calls {
+		if strings.HasPrefix(c.Reference, roguePrefix) {
+			n++
+			if c.Result == "ACCEPTED" {
+				accepted += c.AmountMinor
+			}
+		}
+	}
+	return n, accepted, nil
+}
+
+// mark is the account's high-water mark, 0 when it has none.
+func mark(ctx context.Context, paydb *pgxpool.Pool, account string) (int64, error) {
+	var v int64
+	err := paydb.QueryRow(ctx, `SELECT coalesce(max(highest_token), 0) FROM rail_high_water WHERE account_id = $1`, account).Scan(&v)
+	return v, err
+}
+
+// writeAttack is the report's attack section.
+func writeAttack(w io.Writer, cols []*AttackResult) {
+	if len(cols) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nattack — a rogue client with no lease presents a huge token for %s, one higher each try\n"+
+		"(%d … %d): to rail-proxy a payout nobody created, %d EUR\n"+
+		"minor units to %s; to payment-resource a claim of %s's pending payout %s. Each column is\n"+
+		"a system of its own, fencing on, after an honest executor paid one payout per account; they\n"+
+		"differ only in whether rail-proxy and payment-resource verify lock-server's grants (C7):\n\n",
+		attackVictim, lockapi.MaxInt64-4, lockapi.MaxInt64, rogueAmount, rogueBenef, attackVictim, attackTarget)
+	var t textTable
+	head := []string{}
+	for _, c := range cols {
+		if c.GrantsVerified {
+			head = append(head, "grants verified")
+		} else {
+			head = append(head, "grants not verified")
+		}
+	}
+	t.head = head
+	for _, service := range []string{"rail-proxy", "payment-resource"} {
+		t.add(map[string]string{"rail-proxy": "rail-proxy, submission with", "payment-resource": "payment-resource, claim with"}[service], make([]string, len(cols))...)
+		for i, a := range cols[0].Attempts {
+			if a.Service != service {
+				continue
+			}
+			row := []string{}
+			for _, c := range cols {
+				row = append(row, c.Attempts[i].String())
+			}
+			t.add("  "+a.Variant, row...)
+		}
+	}
+	t.gap()
+	each := func(f func(*AttackResult) string) []string {
+		out := make([]string, len(cols))
+		for i, c := range cols {
+			out[i] = f(c)
+		}
+		return out
+	}
+	t.add("rail calls from the rogue (money to "+rogueBenef+")", each(func(c *AttackResult) string {
+		if c.RogueRailCalls == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%d, %d accepted", c.RogueRailCalls, c.RogueAcceptedMinor)
+	})...)
+	t.add(attackVictim+"'s mark before → after", each(func(c *AttackResult) string {
+		return fmt.Sprintf("%d → %d", c.MarkBefore, c.MarkAfter)
+	})...)
+	t.add(attackTarget+" right after the attack", each(func(c *AttackResult) string { return c.TargetAfterAttack.String() })...)
+	t.add("then an honest executor works "+attackVictim+":", make([]string, len(cols))...)
+	t.add("  "+attackTarget, each(func(c *AttackResult) string { return c.Target.String() })...)
+	t.add("  "+attackHonest2+" (a new payout)", each(func(c *AttackResult) string { return c.Honest.String() })...)
+	t.add("verdict", each(func(c *AttackResult) string {
+		switch {
+		case c.GrantsVerified && c.OK:
+			return "PASS"
+		case c.GrantsVerified:
+			return "FAIL"
+		case c.OK:
+			return "the hazard, as shown"
+		default:
+			return "hazard NOT shown"
+		}
+	})...)
+	t.write(w)
+	for _, c := range cols {
+		if !c.GrantsVerified && c.OK {
+			fmt.Fprintf(w, "\nWithout verification the made-up token was admitted, the rail paid the rogue, and %s's\n"+
+				"mark is now %d: every honest token for %s is below it, so its holders are\n"+
+				"fenced out for ever (the mark never goes down), and %s can never be claimed back.\n",
+				attackVictim, c.MarkAfter, attackVictim, attackTarget)
+		}
+	}
+}
+
+// textTable is a small left-labelled table.
+type textTable struct {
+	head []string
+	rows [][]string // nil: a gap
+}
+
+func (t *textTable) add(label string, values ...string) {
+	t.rows = append(t.rows, append([]string{label}, values...))
+}
+func (t *textTable) gap() { t.rows = append(t.rows, nil) }
+
+func (t *textTable) write(w io.Writer) {
+	widths := make([]int, len(t.head)+1)
+	for _, r := range t.rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	for i, h := range t.head {
+		widths[i+1] = max(widths[i+1], len(h))
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		for i, c := range cells {
+			pad := widths[i] - len([]rune(c))
+			if i == 0 {
+				b.WriteString(c + strings.Repeat(" ", pad))
+			} else {
+				b.WriteString("   " + strings.Repeat(" ", pad) + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(append([]string{""}, t.head...))
+	total := widths[0]
+	for _, x := range widths[1:] {
+		total += 3 + x
+	}
+	fmt.Fprintln(w, strings.Repeat("-", total))
+	for _, r := range t.rows {
+		if r == nil {
+			fmt.Fprintln(w)
+			continue
+		}
+		line(r)
+	}
+}
+
+// makeKeysRoot is the directory the demo's keys are made in (lock-server
+// keygen's code), removed at the end.
+func makeKeysRoot() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "lockdemo-keys-*")
+	if err != nil {
+		return "", nil, fmt.Errorf("create the keys directory: %w", err)
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}

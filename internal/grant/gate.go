@@ -1,0 +1,107 @@
+package grant
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/lockapi"
+)
+
+// Challenge is the WWW-Authenticate header of every 401 GRANT_REJECTED.
+const Challenge = `LockGrant realm="lock.dev"`
+
+// Gate is the grant check a fence point runs on each fenced request, after the
+// request's own validation (a malformed request stays 400) and before anything
+// is written or forwarded. Without a key set it lets every request through, as
+// before C7, and says so at start-up. It is safe for concurrent use.
+type Gate struct {
+	verifier *Verifier // nil: grants are not verified
+	rejected *prometheus.CounterVec
+	logger   *slog.Logger
+}
+
+// NewGate checks grants with keys, or with nothing when keys is nil. It registers
+// grant_rejected_total{reason} in reg with every reason at zero (C4 #ct4-zero),
+// also when it checks nothing: the series says so by staying at zero.
+func NewGate(keys *KeySet, cacheSize int, reg prometheus.Registerer, logger *slog.Logger) (*Gate, error) {
+	g := &Gate{
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grant_rejected_total",
+			Help: "Fenced requests refused because their grant did not prove the token (C7), by reason.",
+		}, []string{"reason"}),
+		logger: logger,
+	}
+	if err := reg.Register(g.rejected); err != nil {
+		return nil, fmt.Errorf("register grant_rejected_total: %w", err)
+	}
+	for _, r := range Reasons {
+		g.rejected.WithLabelValues(r)
+	}
+	if keys != nil {
+		v, err := NewVerifier(keys, cacheSize)
+		if err != nil {
+			return nil, err
+		}
+		g.verifier = v
+	}
+	return g, nil
+}
+
+// Verifying reports whether grants are checked (a nil Gate checks nothing).
+func (g *Gate) Verifying() bool { return g != nil && g.verifier != nil }
+
+// Announce logs at start-up what the gate does: the key ids it verifies with, or,
+// at WARN (event grants_not_verified), that setting is empty and any made-up
+// token is taken at its word.
+func (g *Gate) Announce(setting string, ignoredKeys int) {
+	if g.verifier == nil {
+		g.logger.Warn("grants are not verified: "+setting+" is empty, so a fencing token is taken at its word "+
+			"and anyone who can reach this service can present any token for any account (C7)",
+			"event", "grants_not_verified", "setting", setting)
+		return
+	}
+	g.logger.Info("grants are verified", "event", "grants_verified", "setting", setting,
+		"keyIds", g.verifier.Keys().IDs(), "ignoredKeys", ignoredKeys)
+}
+
+// Fenced is what a fenced request presents besides its grant.
+type Fenced struct {
+	AccountID string // the account whose lock the token must come from
+	PayoutID  string // for the log
+	Token     int64  // X-Fencing-Token
+	OwnerID   string // X-Owner-Id
+}
+
+// Check verifies r's X-Fencing-Grant for f. It returns true when the request may
+// go on. Otherwise it has answered 401 GRANT_REJECTED with the reason, counted it
+// and logged it (never the grant), and the caller must do nothing more: nothing
+// written, nothing forwarded.
+func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
+	if !g.Verifying() {
+		return true
+	}
+	var rej *Rejection
+	switch vs := r.Header.Values(lockapi.HeaderFencingGrant); {
+	case len(vs) > 1:
+		// A second grant is a second opinion about who presents which token.
+		rej = reject(ReasonMalformed, "X-Fencing-Grant must appear exactly once")
+	case len(vs) == 0:
+		rej = g.verifier.Verify("", Presented{})
+	default:
+		rej = g.verifier.Verify(vs[0], Presented{Lock: lockapi.AccountLockName(f.AccountID), Token: f.Token, Owner: f.OwnerID})
+	}
+	if rej == nil {
+		return true
+	}
+	g.rejected.WithLabelValues(rej.Reason).Inc()
+	g.logger.Warn("grant rejected: nothing written, nothing forwarded", "event", "grant_rejected",
+		"reason", rej.Reason, "accountId", f.AccountID, "payoutId", f.PayoutID, "ownerId", f.OwnerID,
+		"presentedToken", f.Token, "route", r.Pattern, "detail", rej.Detail)
+	w.Header().Set("WWW-Authenticate", Challenge)
+	lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusUnauthorized, lockapi.CodeGrantRejected,
+		rej.Detail, map[string]any{"reason": rej.Reason}))
+	return false
+}

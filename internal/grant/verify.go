@@ -1,0 +1,185 @@
+package grant
+
+import (
+	"encoding/base64"
+	"errors"
+	"math"
+	"strings"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"lock.dev/lockapi"
+)
+
+// DefaultCacheSize is how many verified grants a Verifier remembers. A grant is
+// verified once per lease and then presented with each of the lease's calls, so
+// the cache needs room for the leases live at once (one per account being worked,
+// renewals keep the same grant) — a few thousand is many times that, at about
+// half a kilobyte each.
+const DefaultCacheSize = 4096
+
+// allowedAlgorithms is the whole list go-jose may accept: EdDSA, never "none",
+// never an HMAC that could be "signed" with the public key as its secret.
+var allowedAlgorithms = []jose.SignatureAlgorithm{jose.EdDSA}
+
+// Verifier is a fence point's side: it checks a grant against the key set and
+// against what the request presents, in C7's order. It is safe for concurrent
+// use.
+type Verifier struct {
+	keys  *KeySet
+	cache *cache
+}
+
+// NewVerifier verifies with keys, remembering up to cacheSize verified grants
+// (DefaultCacheSize when cacheSize ≤ 0).
+func NewVerifier(keys *KeySet, cacheSize int) (*Verifier, error) {
+	if keys.Len() == 0 {
+		return nil, errors.New("grant verifier: no key to verify with")
+	}
+	if cacheSize <= 0 {
+		cacheSize = DefaultCacheSize
+	}
+	return &Verifier{keys: keys, cache: newCache(cacheSize)}, nil
+}
+
+// Keys is the set grants are verified with.
+func (v *Verifier) Keys() *KeySet { return v.keys }
+
+// Verify checks grant g against what the request presents. It returns nil when
+// g is a grant lock-server signed, with one of the set's keys, of p.Token on
+// p.Lock to p.Owner; otherwise the first reason of C7's order that applies.
+//
+// The signature is checked once per grant string: a grant that verified is
+// remembered with its claims, and a later request presenting the same string only
+// has its lock, token and owner compared — so a remembered grant of one account
+// or token or owner passes for no other. Only grants that verified (signature and
+// issuer) are remembered: a caller without lock-server's key cannot put anything
+// in the cache, nor push a real grant out of it.
+func (v *Verifier) Verify(g string, p Presented) *Rejection {
+	if g == "" {
+		return reject(ReasonMissing, "X-Fencing-Grant is required with X-Fencing-Token")
+	}
+	c, ok := v.cache.get(g)
+	if !ok {
+		var r *Rejection
+		if c, r = v.verify(g); r != nil {
+			return r
+		}
+		v.cache.put(g, c)
+	}
+	return match(c, p)
+}
+
+// verify checks everything about g that does not depend on the request:
+// malformed, unknown_key, bad_signature, wrong_issuer, in that order.
+func (v *Verifier) verify(g string) (Claims, *Rejection) {
+	if len(g) > MaxGrantBytes {
+		return Claims{}, reject(ReasonMalformed, "the grant is longer than %d bytes", MaxGrantBytes)
+	}
+	// The header is read strictly here (go-jose reads it leniently: a member given
+	// twice counts once, unknown members pass), because C7's rules on it — typ,
+	// kid, nothing else — are ours to enforce, and must come before the key lookup.
+	h, _, ok := strings.Cut(g, ".")
+	if !ok {
+		return Claims{}, reject(ReasonMalformed, "the grant is not three base64url parts")
+	}
+	hb, err := base64.RawURLEncoding.Strict().DecodeString(h)
+	if err != nil {
+		return Claims{}, reject(ReasonMalformed, "the grant's header is not base64url")
+	}
+	kid, r := parseHeader(hb)
+	if r != nil {
+		return Claims{}, r
+	}
+	jws, err := jose.ParseSignedCompact(g, allowedAlgorithms)
+	if err != nil {
+		return Claims{}, reject(ReasonMalformed, "the grant is not a compact JWS signed with EdDSA")
+	}
+	// Read before the signature is checked only to judge the claims' shape (C7
+	// orders malformed before unknown_key); nothing read here is trusted until
+	// the signature has verified.
+	c, r := parseClaims(jws.UnsafePayloadWithoutVerification())
+	if r != nil {
+		return Claims{}, r
+	}
+	key, ok := v.keys.Lookup(kid)
+	if !ok {
+		return Claims{}, reject(ReasonUnknownKey, "the grant's kid names no key this service verifies with")
+	}
+	if _, err := jws.Verify(key); err != nil {
+		return Claims{}, reject(ReasonBadSignature, "the grant's signature does not verify")
+	}
+	if c.Issuer != Issuer {
+		return Claims{}, reject(ReasonWrongIssuer, "the grant was not issued by %s", Issuer)
+	}
+	return c, nil
+}
+
+// parseHeader checks the protected header: exactly alg "EdDSA", typ
+// "lockgrant+jwt" and a non-empty kid, each once. Any other member — crit, b64,
+// jwk, jku, x5u … — is refused: each is a way for a token to steer its own
+// verification, and lock-server never writes one.
+func parseHeader(b []byte) (string, *Rejection) {
+	o, errs := lockapi.ParseObject(b)
+	if errs != nil {
+		return "", reject(ReasonMalformed, "the grant's header is not a JSON object")
+	}
+	alg, _ := o.String("alg", true, false, nil)
+	typ, _ := o.String("typ", true, false, nil)
+	kid, _ := o.String("kid", true, false, nil)
+	if errs := o.Finish(); len(errs) > 0 {
+		return "", reject(ReasonMalformed, "the grant's header member %s %s", errs[0].Field, errs[0].Problem)
+	}
+	switch {
+	case alg != Algorithm:
+		return "", reject(ReasonMalformed, "the grant's header alg must be %s", Algorithm)
+	case typ != Type:
+		return "", reject(ReasonMalformed, "the grant's header typ must be %s", Type)
+	case kid == "":
+		return "", reject(ReasonMalformed, "the grant's header has an empty kid")
+	}
+	return kid, nil
+}
+
+// parseClaims checks the claims' shape: iss, lock, tok (a canonical decimal
+// token, as a JSON string), sub and iat (an integer), each exactly once, and
+// nothing else. An unknown claim is refused rather than ignored: a claim added
+// later (an expiry, say) must never be silently skipped by a verifier that does
+// not know it.
+func parseClaims(b []byte) (Claims, *Rejection) {
+	o, errs := lockapi.ParseObject(b)
+	if errs != nil {
+		return Claims{}, reject(ReasonMalformed, "the grant's claims are not a JSON object")
+	}
+	var c Claims
+	var tok string
+	c.Issuer, _ = o.String("iss", true, false, nil)
+	c.Lock, _ = o.String("lock", true, false, lockapi.ValidateLockName)
+	tok, _ = o.String("tok", true, false, nil)
+	c.Subject, _ = o.String("sub", true, false, lockapi.ValidateOwnerID)
+	c.IssuedAt, _ = o.Int64("iat", true, 0, math.MaxInt64)
+	if errs := o.Finish(); len(errs) > 0 {
+		return Claims{}, reject(ReasonMalformed, "the grant's claim %s %s", errs[0].Field, errs[0].Problem)
+	}
+	t, err := lockapi.ParseToken(tok)
+	if err != nil {
+		return Claims{}, reject(ReasonMalformed, "the grant's claim tok must be a decimal token string")
+	}
+	c.Token = t
+	return c, nil
+}
+
+// match compares a verified grant with what the request presents: lock, token,
+// owner, in that order. The details name what the request presented, never what
+// the grant says.
+func match(c Claims, p Presented) *Rejection {
+	switch {
+	case c.Lock != p.Lock:
+		return reject(ReasonLockMismatch, "the grant is not a grant of lock %s", p.Lock)
+	case c.Token != p.Token:
+		return reject(ReasonTokenMismatch, "the grant is not a grant of token %d (X-Fencing-Token)", p.Token)
+	case c.Subject != p.Owner:
+		return reject(ReasonOwnerMismatch, "the grant was not granted to owner %s (X-Owner-Id)", p.Owner)
+	}
+	return nil
+}
