@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/api"
 	"lock.dev/internal/serve"
 )
 
@@ -27,6 +28,7 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 	mux.HandleFunc("GET /v1/payouts/{id}", h.get)
 	mux.HandleFunc("POST /v1/payouts/{id}/claim", h.claim)
 	mux.HandleFunc("POST /v1/payouts/{id}/post", h.post)
+	mux.Handle("GET /openapi.json", api.Handler(api.PaymentResource))
 	serve.Mount(mux, health, reg)
 	return serve.Handler(mux, h.logger)
 }

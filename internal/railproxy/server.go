@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"lock.dev/api"
 	"lock.dev/internal/serve"
 )
 
@@ -22,6 +23,7 @@ const startupCheckTimeout = 15 * time.Second
 func routes(mux *http.ServeMux, a *admitter, store *Store, logger *slog.Logger) {
 	mux.Handle("POST /v1/rail/submissions", handleSubmit(a))
 	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
+	mux.Handle("GET /openapi.json", api.Handler(api.RailProxy))
 }
 
 func newLogger(cfg Config) (*slog.Logger, error) {
