@@ -5,15 +5,21 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"lock.dev/internal/demo"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String())
+		return
+	}
 	// The rail-proxy lockdemo crashes is this binary started again as a child.
 	stack.ChildMain(nil)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

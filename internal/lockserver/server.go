@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/api"
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
@@ -126,6 +127,7 @@ func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Regi
 	mux.HandleFunc("GET /v1/locks/{name}", h.getLock)
 	mux.HandleFunc("GET /v1/locks/{name}/grants", h.getGrants)
 	mux.HandleFunc("GET /v1/keys", gr.keys)
+	mux.Handle("GET /openapi.json", api.Handler(api.LockServer))
 	serve.Mount(mux, health, reg)
 	return serve.Handler(mux, logger)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/api"
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
@@ -32,6 +33,7 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 	if h.settleToken != "" { // C6: no token, no settle endpoint (404)
 		mux.HandleFunc("POST /v1/payouts/{id}/settle", h.settle)
 	}
+	mux.Handle("GET /openapi.json", api.Handler(api.PaymentResource))
 	serve.Mount(mux, health, reg)
 	return serve.Handler(mux, h.logger)
 }

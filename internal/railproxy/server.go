@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/api"
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
@@ -27,6 +28,7 @@ func routes(mux *http.ServeMux, a *admitter, gate *grant.Gate, store *Store, log
 	mux.Handle("POST /v1/rail/submissions", handleSubmit(a, gate))
 	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
 	mux.Handle("GET /v1/rail/statement", handleStatement(a.rail, a.metrics.statementReads, logger)) // statement.go
+	mux.Handle("GET /openapi.json", api.Handler(api.RailProxy))
 }
 
 func newLogger(cfg Config) (*slog.Logger, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/api"
 	"lock.dev/internal/serve"
 )
 
@@ -102,6 +103,7 @@ func (s *Stub) routes() *http.ServeMux {
 	mux.HandleFunc("GET /rail/v1/admin/chaos", s.handleGetChaos)
 	mux.HandleFunc("PUT /rail/v1/admin/chaos", s.handlePutChaos)
 	mux.HandleFunc("GET /rail/v1/health", s.handleHealth)
+	mux.Handle("GET /openapi.json", api.Handler(api.RailStub))
 	serve.Mount(mux, s.health, s.reg)
 	return mux
 }

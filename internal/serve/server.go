@@ -339,7 +339,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 func ExitCode(err error, stderr io.Writer) int {
 	var ue *UsageError
 	switch {
-	case err == nil, errors.Is(err, ErrHelp):
+	case err == nil, errors.Is(err, ErrHelp), errors.Is(err, ErrVersion):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintln(stderr, ue.Msg)

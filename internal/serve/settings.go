@@ -8,14 +8,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"lock.dev/internal/version"
 )
 
 // ErrHelp is returned by Parse when --help was asked for; the usage has been
 // written and the process should exit 0.
 var ErrHelp = errors.New("help requested")
+
+// ErrVersion is returned by Parse when --version was asked for; the version has
+// been written to stdout and the process should exit 0 (C5 #ct5-binaries).
+var ErrVersion = errors.New("version requested")
 
 // UsageError is a bad setting: the process exits 2 with its one-line message.
 type UsageError struct{ Msg string }
@@ -30,6 +37,7 @@ type Settings struct {
 	fs       *flag.FlagSet
 	getenv   func(string) string
 	bindings []binding
+	stdout   io.Writer // where --version is answered; nil means os.Stdout
 }
 
 type binding struct{ env, flag string }
@@ -85,8 +93,17 @@ func (s *Settings) Duration(p *time.Duration, env string, def time.Duration, usa
 func (s *Settings) FlagSet() *flag.FlagSet { return s.fs }
 
 // Parse reads args, then the environment for every setting no flag set. It
+// answers --version itself (before any setting is looked at) with ErrVersion. It
 // returns the remaining arguments, ErrHelp, or a *UsageError naming the setting.
 func (s *Settings) Parse(args []string) ([]string, error) {
+	if version.Requested(args) {
+		out := s.stdout
+		if out == nil {
+			out = os.Stdout
+		}
+		fmt.Fprintln(out, version.String())
+		return nil, ErrVersion
+	}
 	if err := s.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, ErrHelp
