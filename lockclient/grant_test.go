@@ -33,6 +33,7 @@ func TestLeaseGrant(t *testing.T) {
 	cfg := lockserver.DefaultConfig()
 	cfg.LockdbURL = pgtest.LockdbURL(t)
 	cfg.MinTTL = 100 * time.Millisecond
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
 	cfg.Listener = ln
 	cfg.LogOutput = io.Discard
 	cfg.SigningKeyFile = filepath.Join(dir, grant.SigningKeyFile)

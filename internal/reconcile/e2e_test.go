@@ -32,7 +32,7 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 		ProxyAsChild: true,
 		Log:          logw,
 		Env: map[string]map[string]string{
-			"rail-proxy": {"RAIL_READ_TIMEOUT": "300ms", "RAIL_CONNECT_TIMEOUT": "200ms", "RAIL_PROXY_INTERRUPTED_AFTER": "4600ms"},
+			"rail-proxy": {"RAIL_READ_TIMEOUT": "300ms", "RAIL_CONNECT_TIMEOUT": "200ms", "RAIL_PROXY_INTERRUPTED_AFTER": "6600ms"},
 			"rail-stub":  {"RAIL_STUB_SEED": "7"},
 		},
 	})

@@ -259,6 +259,7 @@ func (e *env) blackholeProxy(t testing.TB) string {
 	cfg := railproxy.DefaultConfig()
 	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, "http://"+rail.Addr().String()
 	cfg.RailReadTimeout = 300 * time.Millisecond
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -83,10 +83,12 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	s = &Stack{opts: opts}
+	st := &Stack{opts: opts}
+	s = st
 	defer func() {
 		if err != nil {
-			_ = s.Close()
+			// s is nil on the error returns; close what was started through st.
+			_ = st.Close()
 		}
 	}()
 	if err := s.databases(ctx); err != nil {
