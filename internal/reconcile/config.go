@@ -44,6 +44,9 @@ type Config struct {
 	LogLevel           string        // LOG_LEVEL
 	PaydbURL           string        // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns      int           // PAYDB_MAX_CONNS
+	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
+	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
+	UnsafeNonDurableDB bool
 	RailProxyURL       string        // RAIL_PROXY_URL
 	PaymentResourceURL string        // PAYMENT_RESOURCE_URL
 	SettleToken        string        // PAYMENT_SETTLE_TOKEN
@@ -129,6 +132,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
 	s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
 	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a pass holds one connection for its advisory lock)")
+	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "rail-proxy, where the rail's statement is read")
 	s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "payment-resource, where settles are posted")
 	s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", def.SettleToken,

@@ -116,6 +116,17 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 			t.Errorf("table %s missing after reconciler migrate", table)
 		}
 	}
+	// The test cluster runs with fsync off: refused without UNSAFE_NON_DURABLE_DB
+	// (C5), served with it.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listener = ln
+	if err := reconcile.Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "fsync") {
+		t.Fatalf("serve on a paydb with fsync off: %v, want a refusal naming fsync", err)
+	}
+	cfg.UnsafeNonDurableDB = true
 	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +192,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	_ = dead.Close()
 	cfg := e.cfg
 	cfg.RailProxyURL, cfg.Interval = deadURL, time.Hour
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

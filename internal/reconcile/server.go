@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -59,6 +60,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	reg := serve.NewRegistry()
+	// The statement copy and its exceptions are re-derived from the rail's
+	// statement should paydb forget them, but a paydb with fsync off can forget
+	// the payouts' settlements too: refused like the other services do.
+	cctx, cancel = context.WithTimeout(ctx, startupCheckTimeout)
+	err = dbconn.RequireDurable(cctx, st.pool, "paydb", cfg.UnsafeNonDurableDB, logger, reg)
+	cancel()
+	if err != nil {
+		return err
+	}
 	m := newMetrics(reg)
 	statement := newStatementClient(cfg.RailProxyURL)
 	defer statement.close()

@@ -197,7 +197,11 @@ RETURNING kind, payout_id, seq, detail`
 func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine, lastSeq int64, readAt *time.Time) (imported int64, recorded []exception, err error) {
 	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
 	defer cancel()
-	tx, err := ss.conn.Begin(ctx)
+	// A copy paydb forgets in a failover is imported again from the cursor it
+	// remembers (lines, cursor and exceptions commit together), so a commit
+	// whose synchronous wait was cancelled needs no detection here; the commit
+	// still waits for the standby, whatever the role's default.
+	tx, err := ss.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + dbconn.RaiseSyncCommitSQL})
 	if err != nil {
 		return 0, nil, fmt.Errorf("import: begin: %w", err)
 	}

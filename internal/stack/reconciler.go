@@ -30,13 +30,13 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("stack: reconciler listen: %w", err)
 	}
-	e := s.env("reconciler", map[string]string{
+	e := s.env("reconciler", s.withUnsafe("paydb", map[string]string{
 		"PAYDB_URL":            s.PaydbURL,
 		"RAIL_PROXY_URL":       s.ProxyURL,
 		"PAYMENT_RESOURCE_URL": s.PaymentURL,
 		"PAYMENT_SETTLE_TOKEN": s.SettleToken,
 		"RECONCILER_ADDR":      ln.Addr().String(),
-	})
+	}))
 	maps.Copy(e, env)
 	p, err := runInProcess("reconciler", ln, e, s.opts.Log, func(ctx context.Context, ln net.Listener, getenv func(string) string, log io.Writer) error {
 		_, cfg, err := reconcile.ParseConfig(nil, getenv)
