@@ -40,10 +40,10 @@ const (
 // Config is every reconciler setting of C6 #ct6-reconciler and C5, plus the
 // in-process hooks every service has.
 type Config struct {
-	Addr               string        // RECONCILER_ADDR
-	LogLevel           string        // LOG_LEVEL
-	PaydbURL           string        // PAYDB_URL; libpq PG* environment when empty
-	PaydbMaxConns      int           // PAYDB_MAX_CONNS
+	Addr          string // RECONCILER_ADDR
+	LogLevel      string // LOG_LEVEL
+	PaydbURL      string // PAYDB_URL; libpq PG* environment when empty
+	PaydbMaxConns int    // PAYDB_MAX_CONNS
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
