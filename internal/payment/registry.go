@@ -1,8 +1,11 @@
 package payment
 
 import (
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
 
@@ -14,5 +17,7 @@ import (
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	_, _ = newMetrics(reg) // registering in a fresh registry cannot clash
+	// grant_rejected_total, as Run registers it whether or not grants are verified.
+	_, _ = grant.NewGate(nil, 0, reg, slog.New(slog.DiscardHandler))
 	return reg
 }

@@ -1,8 +1,11 @@
 package railproxy
 
 import (
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
 
@@ -14,5 +17,7 @@ import (
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg, true)
+	// grant_rejected_total, as Run registers it whether or not grants are verified.
+	_, _ = grant.NewGate(nil, 0, reg, slog.New(slog.DiscardHandler))
 	return reg
 }

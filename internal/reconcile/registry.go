@@ -1,0 +1,17 @@
+package reconcile
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/internal/serve"
+)
+
+// MetricsRegistry is the reconciler's registry as Run builds it — the Go and
+// process collectors and every reconciler family, zero-initialised (C4) — without
+// starting anything, so that a dashboard panel or an alert rule naming a metric
+// the reconciler does not export fails a test (internal/deploytest).
+func MetricsRegistry() *prometheus.Registry {
+	reg := serve.NewRegistry()
+	newMetrics(reg)
+	return reg
+}
