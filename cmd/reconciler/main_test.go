@@ -108,6 +108,16 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("migrate without a token: %v", err)
 	}
 
+	// The test cluster runs with fsync off: refused (exit 1, naming the setting)
+	// without UNSAFE_NON_DURABLE_DB, served with it.
+	stderr.Reset()
+	cmd = command(env)
+	cmd.Stderr = &stderr
+	cmd.Stdout = io.Discard
+	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "UNSAFE_NON_DURABLE_DB") {
+		t.Fatalf("serve on a paydb with fsync off: exit %d, %s", exitCode(err), stderr.String())
+	}
+	env = append(env, "UNSAFE_NON_DURABLE_DB=true")
 	cmd = command(env)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +117,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 		f(o)
 	}
 
+	var unavailable atomic.Int64
 	stop := time.Now().Add(runFor)
 	var wg sync.WaitGroup
 	for r, srv := range replicas {
@@ -135,6 +137,15 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 					}
 					if a.Status == http.StatusConflict {
 						time.Sleep(time.Duration(5000+rng.IntN(10000)) * time.Microsecond)
+						continue
+					}
+					if a.Status == http.StatusServiceUnavailable {
+						// lockdb did not answer within the server's bound on a
+						// loaded machine: a grant nobody learned of, which ends
+						// with its TTL (C2). It is no exclusion fault; the
+						// history check below sees such a grant too, and too many
+						// of them fail the run as not contended enough.
+						unavailable.Add(1)
 						continue
 					}
 					if a.Status != http.StatusOK {
@@ -189,19 +200,24 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 		return
 	}
 
-	total := 0
+	total, unseen := 0, 0
 	for _, name := range locks {
-		total += checkHistory(t, pool, name, seen[name])
+		n, u := checkHistory(t, pool, name, seen[name])
+		total, unseen = total+n, unseen+u
 	}
-	t.Logf("%d grants over %d locks in %s", total, len(locks), runFor)
+	if int64(unseen) > unavailable.Load() {
+		t.Errorf("%d grants in lock_grant no client was told of, but only %d acquires answered 503", unseen, unavailable.Load())
+	}
+	t.Logf("%d grants over %d locks in %s; %d acquires answered 503", total, len(locks), runFor, unavailable.Load())
 	if total < 50 {
 		t.Errorf("only %d grants: the run did not contend enough to prove anything", total)
 	}
 }
 
 // checkHistory checks one lock's lock_grant history against the rules and
-// against what the clients saw; it returns the number of grants.
-func checkHistory(t *testing.T, pool *pgxpool.Pool, name string, seen map[int64]*observed) int {
+// against what the clients saw; it returns the number of grants and how many of
+// them no client was told of (an acquire answered 503 may have granted).
+func checkHistory(t *testing.T, pool *pgxpool.Pool, name string, seen map[int64]*observed) (grants, unseen int) {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `
 		SELECT token, owner_id, acquired_at, expires_at, released_at
@@ -234,15 +250,21 @@ func checkHistory(t *testing.T, pool *pgxpool.Pool, name string, seen map[int64]
 	if int(leaseToken) != len(hist) {
 		t.Errorf("%s: lock_lease.token %d, %d grants in history", name, leaseToken, len(hist))
 	}
-	if len(seen) != len(hist) {
-		t.Errorf("%s: clients were granted %d leases, history has %d", name, len(seen), len(hist))
+	for token := range seen {
+		if token < 1 || token > int64(len(hist)) {
+			t.Errorf("%s: a client was granted token %d, history has %d grants", name, token, len(hist))
+		}
 	}
 	for i, g := range hist {
 		if g.token != int64(i+1) {
 			t.Fatalf("%s: history token #%d is %d: repeat or gap", name, i+1, g.token)
 		}
 		o := seen[g.token]
-		if o == nil || o.owner != g.owner || !o.acquiredAt.Equal(g.acquired) {
+		if o == nil {
+			unseen++
+			o = &observed{owner: g.owner, acquiredAt: g.acquired, released: g.released != nil}
+		}
+		if o.owner != g.owner || !o.acquiredAt.Equal(g.acquired) {
 			t.Errorf("%s token %d: history %+v, clients saw %+v", name, g.token, g, o)
 			continue
 		}
@@ -269,12 +291,16 @@ func checkHistory(t *testing.T, pool *pgxpool.Pool, name string, seen map[int64]
 		if prev.released == nil {
 			// The previous holder was told, at its last renewal, it held the lock
 			// until some moment: the next grant must not come before it.
-			for _, e := range seen[prev.token].expiresAt {
+			var told []time.Time
+			if p := seen[prev.token]; p != nil {
+				told = p.expiresAt
+			}
+			for _, e := range told {
 				if g.acquired.Before(e) {
 					t.Errorf("%s: grant %d acquired at %s, before grant %d's renewed expiry %s", name, g.token, g.acquired, prev.token, e)
 				}
 			}
 		}
 	}
-	return len(hist)
+	return len(hist), unseen
 }
