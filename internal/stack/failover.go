@@ -87,6 +87,27 @@ func countSyncRepWaiters(ctx context.Context, url string) (int, error) {
 	return n, err
 }
 
+// KillPrimary ends every process of the primary with SIGKILL and waits for them;
+// what a held relay had not passed on dies with it.
+func (s *Stack) KillPrimary() error {
+	p, err := s.needPair()
+	if err != nil {
+		return err
+	}
+	return p.KillPrimary()
+}
+
+// Promote promotes the standby (released first if held) and returns once it
+// accepts writes.
+func (s *Stack) Promote(ctx context.Context) error {
+	p, err := s.needPair()
+	if err != nil {
+		return err
+	}
+	p.ReleaseStandby()
+	return p.Promote(ctx)
+}
+
 // Failover is what Stack.Failover did, and when.
 type Failover struct {
 	KilledAt   time.Time // the primary was gone (SIGKILL, every process waited for)
@@ -108,8 +129,7 @@ func (s *Stack) Failover(ctx context.Context) (Failover, error) {
 		return f, err
 	}
 	f.KilledAt = time.Now()
-	p.ReleaseStandby()
-	if err := p.Promote(ctx); err != nil {
+	if err := s.Promote(ctx); err != nil {
 		return f, err
 	}
 	f.PromotedAt = time.Now()

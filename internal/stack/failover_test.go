@@ -50,8 +50,9 @@ func TestFailoverSynchronousKeepsEveryInvariant(t *testing.T) {
 	if run.issuedAfter == 0 || run.callsAfter == 0 {
 		t.Errorf("after the promotion: %d tokens handed out, %d rail calls; want some of each", run.issuedAfter, run.callsAfter)
 	}
-	t.Logf("%d payouts, %d rail calls (%d after the promotion), %d tokens handed out (%d after), %d answers 503 between kill and promotion+1s; kill→promoted %s",
-		r.Payouts.Total, r.RailCalls.Total, run.callsAfter, run.issued, run.issuedAfter, run.unavailable, run.f.PromotedAt.Sub(run.f.KilledAt).Round(time.Millisecond))
+	t.Logf("%d payouts, %d rail calls (%d after the promotion), %d stale tokens fenced, %d tokens handed out (%d after), %d answers 503 between kill and promotion+1s; kill→promoted %s",
+		r.Payouts.Total, r.RailCalls.Total, run.callsAfter, r.Submissions.Fenced, run.issued, run.issuedAfter, run.unavailable,
+		run.f.PromotedAt.Sub(run.f.KilledAt).Round(time.Millisecond))
 }
 
 // Issue 9, acceptance 2: the same scenario with asynchronous replication. While
