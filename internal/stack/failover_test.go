@@ -45,6 +45,12 @@ func TestFailoverSynchronousKeepsEveryInvariant(t *testing.T) {
 	if r.Payouts.Total != run.created || r.Payouts.Pending+r.Payouts.Claimed != 0 {
 		t.Errorf("payouts %+v, want all %d final", r.Payouts, run.created)
 	}
+	// Tokens kept increasing per lock across the failover: every token handed out
+	// after the promotion is above every token of its lock handed out before the
+	// kill (the checker's token checks say the same from lock_grant).
+	if bad := run.tokensNotAbove(); len(bad) > 0 {
+		t.Errorf("tokens handed out after the promotion not above those before the kill: %v", bad)
+	}
 	// The run did cross the failover: tokens were handed out and the rail was
 	// presented payouts after the promotion, by the same processes.
 	if run.issuedAfter == 0 || run.callsAfter == 0 {
@@ -74,11 +80,13 @@ func TestFailoverAsynchronousIsCaught(t *testing.T) {
 		t.Errorf("no rail call without an intent row, no token handed out twice or lost, no stale admission; only:\n%s", violations(r))
 	}
 	t.Logf("violations after an asynchronous failover (as expected):\n%s", violations(r))
+	t.Logf("tokens handed out after the promotion not above those before the kill: %d", len(run.tokensNotAbove()))
 }
 
 // failoverRun is what runFailover saw.
 type failoverRun struct {
 	report      invariants.Report
+	issuedAll   []invariants.IssuedToken
 	f           stack.Failover
 	created     int // payouts on the new primary's books that the test created
 	issued      int // tokens handed out
@@ -242,7 +250,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 	}
 	h.Issued = st.IssuedTokens()
 	run.report = invariants.Evaluate(h, invariants.Options{FencingEnabled: true, RequireSettled: true, Reconciled: true, IssuedRecorded: true})
-	run.issued = len(h.Issued)
+	run.issued, run.issuedAll = len(h.Issued), h.Issued
 	for _, it := range h.Issued {
 		if it.At.After(run.f.PromotedAt) {
 			run.issuedAfter++
@@ -259,6 +267,24 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		}
 	}
 	return run
+}
+
+// tokensNotAbove lists each token handed out after the promotion that is not
+// above every token of its lock handed out before the kill.
+func (run failoverRun) tokensNotAbove() []string {
+	before := map[string]int64{}
+	for _, it := range run.issuedAll {
+		if it.At.Before(run.f.KilledAt) {
+			before[it.LockName] = max(before[it.LockName], it.Token)
+		}
+	}
+	var bad []string
+	for _, it := range run.issuedAll {
+		if it.At.After(run.f.PromotedAt) && it.Token <= before[it.LockName] {
+			bad = append(bad, fmt.Sprintf("%s token %d to %s (%d before the kill)", it.LockName, it.Token, it.OwnerID, before[it.LockName]))
+		}
+	}
+	return bad
 }
 
 // waitFor polls cond until it holds; the test's context bounds the wait.
