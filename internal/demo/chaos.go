@@ -41,6 +41,7 @@ func (s *scenario) chaos(ctx context.Context) {
 	defer tick.Stop()
 	var slowUntil time.Time
 	crashes := 0
+	failedOver := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -56,6 +57,16 @@ func (s *scenario) chaos(ctx context.Context) {
 				return
 			}
 			slowUntil = time.Time{}
+			continue
+		}
+		if s.cfg.Failover && !failedOver && crashes == s.cfg.Crashes && s.settledFrac.Load() >= failoverPoint {
+			failedOver = true
+			if err := s.failover(ctx); err != nil { // failover.go
+				if ctx.Err() == nil {
+					s.fail <- err
+				}
+				return
+			}
 			continue
 		}
 		now := time.Now()

@@ -32,6 +32,10 @@ type Config struct {
 	// no lease presents a huge token, with and without verification.
 	Grants bool
 	Attack bool
+	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
+	// mid-run, kills the primary (SIGKILL) and promotes the standby (issue 9). It
+	// is one fenced run: no --compare, no --attack.
+	Failover bool
 
 	JSON bool // the report as JSON on stdout
 	Keep bool // leave the servers running after the report until interrupted
@@ -111,6 +115,10 @@ func (c Config) Validate() error {
 		return errors.New("--rail-read-timeout and --rail-connect-timeout must be positive")
 	case (c.PaydbURL == "") != (c.LockdbURL == ""):
 		return errors.New("--paydb-url and --lockdb-url go together")
+	case c.Failover && c.PaydbURL != "":
+		return errors.New("--failover starts its own primary and standby: not with --paydb-url")
+	case c.Failover && (c.Compare || c.Attack):
+		return errors.New("--failover is one run on a replicated pair: not with --compare or --attack")
 	case c.Keep && c.Compare && c.PaydbURL != "":
 		return errors.New("--keep with --compare needs the throwaway PostgreSQL: two runs cannot both stay on the given databases")
 	}
@@ -140,6 +148,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
 	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (C7) in the runs")
 	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not (needs the throwaway PostgreSQL)")
+	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
 	fs.StringVar(&cfg.PaydbURL, "paydb-url", "", "use this empty paydb instead of a throwaway PostgreSQL (with --lockdb-url)")
@@ -177,6 +186,16 @@ usage: lockdemo [flags]
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["fencing"] && !set["compare"] {
 		cfg.Compare = false
+	}
+	// --failover alone is one run on a pair; --compare or --attack given with it
+	// are refused by Validate.
+	if cfg.Failover {
+		if !set["compare"] {
+			cfg.Compare = false
+		}
+		if !set["attack"] {
+			cfg.Attack = false
+		}
 	}
 	return cfg, cfg.Validate()
 }

@@ -32,7 +32,13 @@ func TestParseArgs(t *testing.T) {
 	if err != nil || !cfg.Compare {
 		t.Errorf("--compare given explicitly wins: %+v %v", cfg, err)
 	}
+	cfg, err = ParseArgs([]string{"--failover"}, nil)
+	if err != nil || !cfg.Failover || cfg.Compare || cfg.Attack || !cfg.Fencing {
+		t.Errorf("--failover alone is one fenced run on a pair, no attack: %+v %v", cfg, err)
+	}
 	for _, bad := range [][]string{
+		{"--failover", "--compare"}, {"--failover", "--attack"},
+		{"--failover", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
 		{"--payouts=0"}, {"--accounts=500"}, {"--chaos=1.5"}, {"--lease-ttl=500ms"}, {"--executors=0"},
 		{"--paydb-url=postgres://x/y"}, {"--nope"}, {"extra"}, {"--max-duration=1s"}, {"--pause-probability=2"},
 		{"--keep", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
@@ -45,7 +51,7 @@ func TestParseArgs(t *testing.T) {
 	if _, err := ParseArgs([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "docs/lockdemo.md"} {
+	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "-failover", "docs/lockdemo.md"} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}

@@ -78,6 +78,7 @@ type Settings struct {
 	RailReadTimeoutMs  int64   `json:"railReadTimeoutMs"`
 	InterruptedAfterMs int64   `json:"interruptedAfterMs"`
 	SettleAfterMs      int64   `json:"reconcilerSettleAfterMs"`
+	Failover           bool    `json:"failover,omitempty"`
 }
 
 // Run runs the configured scenario(s), writes the report and reports whether the
@@ -110,6 +111,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 	if cfg.PaydbURL != "" {
 		for i := range targets {
 			targets[i] = target{paydbURL: cfg.PaydbURL, lockdbURL: cfg.LockdbURL, wipe: i > 0}
+		}
+	} else if cfg.Failover {
+		p.say("starting a throwaway PostgreSQL primary and a synchronous standby …")
+		for i := range targets {
+			targets[i] = target{replicated: true}
 		}
 	} else {
 		p.say("starting a throwaway PostgreSQL …")
@@ -158,7 +164,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 			return false, err
 		}
 	}
-	ok := verdict(runs) && attackVerdict(attacks)
+	ok := verdict(runs) && attackVerdict(attacks) && failoverVerdict(cfg, runs)
 	if cfg.JSON {
 		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, OK: ok, LogPath: logPath}
 		enc := json.NewEncoder(stdout)
@@ -227,6 +233,9 @@ func withDatabases(urls map[string]string, t target) map[string]string {
 	if urls == nil {
 		return nil
 	}
+	if t.paydbURL == "" { // the stack started the databases (--failover): its URLs stand
+		return urls
+	}
 	urls["paydb"], urls["lockdb"] = t.paydbURL, t.lockdbURL
 	return urls
 }
@@ -236,7 +245,7 @@ func settingsOf(cfg Config) Settings {
 		Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors, Workers: cfg.Workers,
 		Chaos: cfg.Chaos, PauseProbability: cfg.PauseProbability * cfg.Chaos, Crashes: cfg.Crashes, LeaseTTLMs: cfg.LeaseTTL.Milliseconds(), PauseMs: cfg.Pause.Milliseconds(),
 		RailReadTimeoutMs: cfg.RailReadTimeout.Milliseconds(), InterruptedAfterMs: cfg.InterruptedAfter().Milliseconds(),
-		SettleAfterMs: cfg.SettleAfter().Milliseconds(),
+		SettleAfterMs: cfg.SettleAfter().Milliseconds(), Failover: cfg.Failover,
 	}
 }
 
@@ -277,7 +286,12 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 		"front of a memoryless rail can order calls in flight, nor fence a token before the newer one\n"+
 		"reaches it. docs/lockdemo.md explains every row.")
 	writeAttack(w, attacks)
+	writeFailover(w, runs) // failover.go
 	switch {
+	case ok && cfg.Failover:
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, across a failover of paydb and lockdb.")
+	case !failoverVerdict(cfg, runs):
+		fmt.Fprintln(w, "\nVERDICT: FAIL — the run ended before the failover (see --max-duration).")
 	case ok && len(attacks) > 0:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, and every rogue attempt was refused with grants verified.")
 	case ok:

@@ -31,9 +31,11 @@ type Result struct {
 	SlowWindows int           `json:"slowRailWindows"`
 	// ReconcilerWaitMs is how long the run waited, after the executors stopped,
 	// for the reconciler's final pass (the settle window, then one pass).
-	ReconcilerWaitMs int64             `json:"reconcilerWaitMs"`
-	Report           invariants.Report `json:"report"`
-	URLs             map[string]string `json:"urls,omitempty"` // with --keep
+	ReconcilerWaitMs int64 `json:"reconcilerWaitMs"`
+	// Failover is the --failover section: nil when the run had none.
+	Failover *FailoverResult   `json:"failover,omitempty"`
+	Report   invariants.Report `json:"report"`
+	URLs     map[string]string `json:"urls,omitempty"` // with --keep
 
 	stack *stack.Stack
 }
@@ -55,6 +57,7 @@ type target struct {
 	log                 io.Writer // the services' logs
 	progress            *progress
 	keysDir             string // where the run's grant keys are made (with Config.Grants)
+	replicated          bool   // a primary and a synchronous standby (--failover), started by the stack
 }
 
 // scenario is one run in progress.
@@ -70,7 +73,10 @@ type scenario struct {
 	pauses      atomic.Int64
 	crashes     atomic.Int64
 	slowWindows atomic.Int64
-	settledFrac atomic.Uint64 // settled payouts × 1000 / total, for the crash trigger
+	settledFrac atomic.Uint64 // settled payouts × 1000 / total, for the crash and failover triggers
+
+	mu     sync.Mutex
+	failed *FailoverResult // set once the failover happened (failover.go)
 }
 
 // runScenario runs the seeded scenario once with fencing on or off: brings the
@@ -139,6 +145,11 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	if err != nil {
 		return nil, err
 	}
+	// With taps (--failover), every token handed out is judged against lock_grant.
+	h.Issued = s.st.IssuedTokens()
+	if run.Failover, err = s.finishFailover(rctx, h.Issued); err != nil {
+		return nil, err
+	}
 	run.Elapsed = time.Since(start)
 	run.ElapsedMs = run.Elapsed.Milliseconds()
 	run.Settled = settled
@@ -146,7 +157,8 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	run.Crashes = int(s.crashes.Load())
 	run.SlowWindows = int(s.slowWindows.Load())
 	run.ReconcilerWaitMs = waited.Milliseconds()
-	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true, Reconciled: true})
+	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true, Reconciled: true,
+		IssuedRecorded: h.Issued != nil})
 	if cfg.Keep {
 		keep = true
 		run.URLs = map[string]string{
@@ -155,6 +167,8 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 			"rail-proxy":       s.st.ProxyURL,
 			"rail-stub":        s.st.StubURL,
 			"reconciler":       s.rec.URL,
+			"paydb":            s.st.PaydbURL,
+			"lockdb":           s.st.LockdbURL,
 		}
 	}
 	return run, nil
@@ -173,26 +187,24 @@ func (s *scenario) start(ctx context.Context) error {
 			return fmt.Errorf("make the grant keys: %w", err)
 		}
 	}
-	st, err := stack.Start(ctx, stack.Options{
-		PaydbURL:     s.t.paydbURL,
-		LockdbURL:    s.t.lockdbURL,
-		ProxyAsChild: true,
-		Log:          s.t.log,
-		Env: stack.MergeEnv(grants, map[string]map[string]string{
-			"rail-proxy": {
-				"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
-				"RAIL_READ_TIMEOUT":            c.RailReadTimeout.String(),
-				"RAIL_CONNECT_TIMEOUT":         c.RailConnectTimeout.String(),
-				"RAIL_PROXY_INTERRUPTED_AFTER": c.InterruptedAfter().String(),
-			},
-			"rail-stub": {
-				"RAIL_STUB_SEED":         strconv.FormatInt(c.Seed, 10),
-				"RAIL_STUB_LATENCY_MS":   strconv.Itoa(baseLatencyMs),
-				"RAIL_STUB_DROP_RATE":    strconv.FormatFloat(drop, 'g', -1, 64),
-				"RAIL_STUB_DECLINE_RATE": strconv.FormatFloat(decline, 'g', -1, 64),
-			},
-		}),
+	opts := replicatedOptions(s.t) // failover.go
+	opts.PaydbURL, opts.LockdbURL = s.t.paydbURL, s.t.lockdbURL
+	opts.ProxyAsChild, opts.Log = true, s.t.log
+	opts.Env = stack.MergeEnv(grants, map[string]map[string]string{
+		"rail-proxy": {
+			"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
+			"RAIL_READ_TIMEOUT":            c.RailReadTimeout.String(),
+			"RAIL_CONNECT_TIMEOUT":         c.RailConnectTimeout.String(),
+			"RAIL_PROXY_INTERRUPTED_AFTER": c.InterruptedAfter().String(),
+		},
+		"rail-stub": {
+			"RAIL_STUB_SEED":         strconv.FormatInt(c.Seed, 10),
+			"RAIL_STUB_LATENCY_MS":   strconv.Itoa(baseLatencyMs),
+			"RAIL_STUB_DROP_RATE":    strconv.FormatFloat(drop, 'g', -1, 64),
+			"RAIL_STUB_DECLINE_RATE": strconv.FormatFloat(decline, 'g', -1, 64),
+		},
 	})
+	st, err := stack.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("start the system: %w", err)
 	}

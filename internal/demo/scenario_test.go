@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,45 @@ func TestUnfencedScenarioAdmitsStaleHolders(t *testing.T) {
 	if r.Report.Submissions.Fenced != 0 || r.Report.Count(invariants.CheckFencingSwitch) != 0 {
 		t.Error("the switch did not bypass the fence: FENCED rows with fencing off")
 	}
+}
+
+// TestFailoverScenarioHoldsEveryInvariant is lockdemo --failover, shortened: the
+// same chaos on paydb and lockdb of a primary with a synchronous standby; mid-run
+// a commit waits for the held standby, the primary is killed (SIGKILL) and the
+// standby promoted. The run crossed the failover (tokens were handed out and
+// submissions admitted after the kill) and every invariant held, the tokens
+// handed out judged against lock_grant included.
+func TestFailoverScenarioHoldsEveryInvariant(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := shortConfig()
+	cfg.Payouts, cfg.Failover, cfg.Compare, cfg.Attack = 40, true, false, false
+	r, err := runScenario(ctx, cfg, true, target{replicated: true, log: io.Discard, keysDir: filepath.Join(t.TempDir(), "keys")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f := r.Failover
+	if f == nil {
+		t.Fatal("the run ended without a failover")
+	}
+	if f.FirstAdmittedMs < 0 || f.AfterKill == 0 {
+		t.Errorf("nothing admitted or granted after the kill: %+v", f)
+	}
+	if !r.Report.OK() || !r.Report.Held(6) || !slices.ContainsFunc(r.Report.Checks, func(c invariants.Check) bool {
+		return c.ID == invariants.CheckTokenIssuedTwice
+	}) {
+		var b strings.Builder
+		_ = r.Report.WriteTable(&b)
+		t.Errorf("across the failover (tokens judged: the check must be in the table):\n%s", b.String())
+	}
+	var b strings.Builder
+	writeFailover(&b, []*Result{r})
+	for _, want := range []string{"kill → first admitted submission", "503 answers meanwhile", "invariants across it: 1 held"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the failover section lacks %q:\n%s", want, b.String())
+		}
+	}
+	t.Logf("\n%s", b.String())
 }

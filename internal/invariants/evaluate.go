@@ -25,6 +25,9 @@ type Options struct {
 	// Reconciled says a reconciler made its final pass after the settle window
 	// (C6): invariant 7 is judged.
 	Reconciled bool
+	// IssuedRecorded says History.Issued holds every token lock-server handed
+	// out: invariant 6 then judges lockdb's tokens too.
+	IssuedRecorded bool
 }
 
 // evaluation holds the history, ordered and indexed, and the findings so far.
@@ -59,6 +62,7 @@ func Evaluate(h History, opts Options) Report {
 	e.attemptRows()
 	e.ambiguity()
 	e.marks()
+	e.issuedTokens()
 	e.ledgerEntries()
 	e.payoutsVsRail()
 	e.unsettled()
@@ -436,6 +440,61 @@ func (e *evaluation) marks() {
 		}
 		e.add(CheckMark, Finding{AccountID: id, Detail: detail})
 	}
+}
+
+// issuedTokens: lockdb's tokens survive everything too (invariant 6). Every token
+// handed out is in lock_grant, with the owner it was handed to; and no token of a
+// lock was handed out twice. A grant a failover forgot breaks one or both: the
+// new primary's counter is behind, so it hands the forgotten token out again (to
+// the same owner or another), or nobody asks again and lock_grant simply lacks
+// it. Tokens of one lock are unique in lock_grant (its primary key) and each
+// grant takes the lock's counter + 1, so together the two checks say the tokens
+// handed out kept strictly increasing per lock.
+func (e *evaluation) issuedTokens() {
+	if !e.opts.IssuedRecorded {
+		return
+	}
+	type key struct {
+		lock  string
+		token int64
+	}
+	granted := map[key]Grant{}
+	for _, g := range e.h.Grants {
+		granted[key{g.LockName, g.Token}] = g
+	}
+	issued := slices.Clone(e.h.Issued)
+	slices.SortStableFunc(issued, func(a, b IssuedToken) int { return cmp.Compare(a.Seq, b.Seq) })
+	first := map[key]IssuedToken{}
+	for _, it := range issued {
+		k := key{it.LockName, it.Token}
+		f := Finding{AccountID: accountOf(it.LockName)}
+		if prev, seen := first[k]; seen {
+			f.Detail = fmt.Sprintf("%s token %d handed out to %s, and again to %s (%s later)",
+				it.LockName, it.Token, prev.OwnerID, it.OwnerID, it.At.Sub(prev.At).Round(time.Millisecond))
+			e.add(CheckTokenIssuedTwice, f)
+		} else {
+			first[k] = it
+		}
+		g, ok := granted[k]
+		switch {
+		case !ok:
+			f.Detail = fmt.Sprintf("%s token %d handed out to %s, but lock_grant has no such grant", it.LockName, it.Token, it.OwnerID)
+		case g.OwnerID != it.OwnerID:
+			f.Detail = fmt.Sprintf("%s token %d handed out to %s, but lock_grant gives it to %s", it.LockName, it.Token, it.OwnerID, g.OwnerID)
+		default:
+			continue
+		}
+		e.add(CheckTokenWithoutGrant, f)
+	}
+}
+
+// accountOf is the account of an account lock's name, or "".
+func accountOf(lockName string) string {
+	a, _ := strings.CutPrefix(lockName, "account:")
+	if a == lockName {
+		return ""
+	}
+	return a
 }
 
 // ledgerEntries: a PAID payout has exactly one ledger entry, debiting its amount in

@@ -23,6 +23,11 @@ type History struct {
 	Payouts     []Payout         // payout
 	Ledger      []LedgerEntry    // ledger_entry
 	Grants      []Grant          // lock_grant, every lock
+	// Issued is every token lock-server answered an acquire with, as recorded in
+	// front of it (the tokens clients were given); judged only with
+	// Options.IssuedRecorded. lock_grant alone cannot show a grant a failover
+	// forgot: only what was handed out can.
+	Issued []IssuedToken
 
 	// The reconciler's records (C6), judged against Calls: its copy of the
 	// statement, its exceptions and its cursor (nil when no reconciler ever ran),
@@ -120,6 +125,16 @@ type Grant struct {
 	TTLMs      int64      `json:"ttlMs"`
 	ExpiresAt  time.Time  `json:"expiresAt"`
 	ReleasedAt *time.Time `json:"releasedAt"`
+}
+
+// IssuedToken is one token lock-server answered an acquire with (200), seen on
+// the wire: Seq is its place in the order answered, At when.
+type IssuedToken struct {
+	LockName string    `json:"lockName"`
+	Token    int64     `json:"token"`
+	OwnerID  string    `json:"ownerId"`
+	Seq      int64     `json:"seq"`
+	At       time.Time `json:"at"`
 }
 
 // StatementLine is one rail_statement_line row: the reconciler's copy of a line of

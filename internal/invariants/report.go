@@ -1,5 +1,7 @@
 package invariants
 
+import "slices"
+
 // CheckID names one check of the report; the JSON form carries it.
 type CheckID string
 
@@ -23,6 +25,10 @@ const (
 	CheckTimeoutNotAmbiguous     CheckID = "timeout_not_ambiguous" // reported, not failed
 	// Invariant 6: the mark survives everything.
 	CheckMark CheckID = "mark"
+	// Invariant 6 for lockdb's tokens, judged from the tokens handed out (only
+	// with Options.IssuedRecorded).
+	CheckTokenIssuedTwice  CheckID = "token_issued_twice"
+	CheckTokenWithoutGrant CheckID = "token_without_grant"
 	// Cross-module: the books, and the fencing switch.
 	CheckLedger            CheckID = "paid_ledger"
 	CheckPayoutVsRail      CheckID = "payout_vs_rail"
@@ -229,6 +235,14 @@ func checkDefs(opts Options) []checkDef {
 		{CheckBooks, 0, "currencies whose books do not balance", true},
 		{CheckUnsettled, 0, "payouts not settled", opts.RequireSettled},
 		{CheckAmbiguousAccepted, 0, "AMBIGUOUS payouts the rail accepted (reported)", false},
+	}
+	if opts.IssuedRecorded {
+		// After the mark's own check, under invariant 6.
+		i := slices.IndexFunc(defs, func(d checkDef) bool { return d.id == CheckMark }) + 1
+		defs = append(defs[:i], append([]checkDef{
+			{CheckTokenIssuedTwice, 6, "lock tokens handed out twice", true},
+			{CheckTokenWithoutGrant, 6, "lock tokens handed out that lock_grant lacks", true},
+		}, defs[i:]...)...)
 	}
 	if !opts.FencingEnabled {
 		defs = append(defs, checkDef{CheckFencingSwitch, 0, "FENCED rows with fencing off", true})

@@ -66,8 +66,16 @@ func (s *Stack) StartChild(ctx context.Context, service string, env map[string]s
 	return startChild(service, env, s.opts.Log)
 }
 
-// ServiceURLs are the settings an executor needs to find the system.
+// ServiceURLs are the settings an executor needs to find the system: with
+// Options.Tap, the taps in front of the services.
 func (s *Stack) ServiceURLs() map[string]string {
+	if s.taps != nil {
+		return map[string]string{
+			"LOCK_SERVER_URL":      s.taps.url("lock-server"),
+			"PAYMENT_RESOURCE_URL": s.taps.url("payment-resource"),
+			"RAIL_PROXY_URL":       s.taps.url("rail-proxy"),
+		}
+	}
 	return map[string]string{
 		"LOCK_SERVER_URL":      s.LockServerURL,
 		"PAYMENT_RESOURCE_URL": s.PaymentURL,

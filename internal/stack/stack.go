@@ -41,8 +41,22 @@ type Options struct {
 	// the primary. Services on a database whose fsync is off (every throwaway
 	// cluster) get UNSAFE_NON_DURABLE_DB=true unless Env says otherwise.
 	PaydbURL, LockdbURL string
+	// Replicated, when set and no URL is given, starts paydb and lockdb on a
+	// primary and a streaming standby (pgcluster.StartPair) instead of a single
+	// throwaway cluster; the services are given the pair's multi-host URLs (both
+	// servers, target_session_attrs=read-write), so they follow a promotion
+	// without a restart. HoldStandby, KillPrimary, Promote and Failover (failover.go)
+	// act on it while the services run. Like every throwaway cluster the pair runs
+	// with fsync off (see failover.go for why that does not weaken what a failover
+	// test proves).
+	Replicated *pgcluster.PairOptions
 	// ProxyAsChild runs rail-proxy as a child process (needed for CrashProxy).
 	ProxyAsChild bool
+	// Tap puts a recording reverse proxy in front of lock-server,
+	// payment-resource and rail-proxy (tap.go): ServiceURLs then names the taps,
+	// which record every token lock-server answers an acquire with and every
+	// answer's status, for the invariant checker and a failover's report.
+	Tap bool
 	// Env adds or overrides settings (C5 variable names) per service:
 	// "rail-proxy", "rail-stub", "lock-server", "payment-resource", "reconciler".
 	Env map[string]map[string]string
@@ -54,6 +68,8 @@ type Options struct {
 type Stack struct {
 	opts    Options
 	cluster *pgcluster.Cluster
+	pair    *pgcluster.Pair // Options.Replicated
+	taps    *taps           // Options.Tap
 
 	PaydbURL, LockdbURL string
 	Paydb, Lockdb       *pgxpool.Pool
@@ -150,11 +166,30 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if err := s.startProxy(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Tap {
+		if s.taps, err = startTaps(map[string]string{
+			"lock-server": s.LockServerURL, "payment-resource": s.PaymentURL, "rail-proxy": s.ProxyURL,
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
 func (s *Stack) databases(ctx context.Context) error {
-	if s.opts.PaydbURL == "" && s.opts.LockdbURL == "" {
+	if s.opts.PaydbURL == "" && s.opts.LockdbURL == "" && s.opts.Replicated != nil {
+		p, err := pgcluster.StartPair(ctx, *s.opts.Replicated)
+		if err != nil {
+			return err
+		}
+		s.pair = p
+		for _, db := range []string{"paydb", "lockdb"} {
+			if err := p.CreateDatabase(ctx, db, ""); err != nil {
+				return err
+			}
+		}
+		s.PaydbURL, s.LockdbURL = p.URL("paydb"), p.URL("lockdb")
+	} else if s.opts.PaydbURL == "" && s.opts.LockdbURL == "" {
 		c, err := pgcluster.Start(ctx, pgcluster.Options{})
 		if err != nil {
 			return err
@@ -300,6 +335,9 @@ func (s *Stack) Close() error {
 	for i := len(s.services) - 1; i >= 0; i-- {
 		errs = append(errs, s.services[i].stop())
 	}
+	if s.taps != nil {
+		errs = append(errs, s.taps.close())
+	}
 	if s.Paydb != nil {
 		s.Paydb.Close()
 	}
@@ -308,6 +346,10 @@ func (s *Stack) Close() error {
 	}
 	if s.cluster != nil {
 		errs = append(errs, s.cluster.Stop())
+	}
+	if s.pair != nil {
+		s.pair.ReleaseStandby() // a held standby would hold nothing now, but Stop must reach it
+		errs = append(errs, s.pair.Stop())
 	}
 	return errors.Join(errs...)
 }
