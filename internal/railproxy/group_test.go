@@ -63,11 +63,11 @@ type verdictView struct {
 }
 
 type rowView struct {
-	ID                                                   int
-	Payout, Account, Owner, Key, Currency, Beneficiary   string
-	Token, Amount                                        int64
-	Outcome, RailReference, DeclineReason                string
-	Resolved, HasInterrupt                               bool
+	ID                                                 int
+	Payout, Account, Owner, Key, Currency, Beneficiary string
+	Token, Amount                                      int64
+	Outcome, RailReference, DeclineReason              string
+	Resolved, HasInterrupt                             bool
 }
 
 type historyResult struct {
