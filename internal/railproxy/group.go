@@ -143,9 +143,13 @@ func (a *admitter) admitWorker() {
 		}
 		a.metrics.groupSize.Observe(float64(len(group)))
 		gctx, cancel := context.WithDeadline(context.Background(), dl)
-		res := a.store.admitGroupConn(gctx, conn, subs, a.fencing, a.interruptAfter)
+		res, fellBack := a.store.admitGroupConn(gctx, conn, subs, a.fencing, a.interruptAfter)
 		cancel()
 		conn.release()
+		if fellBack != nil {
+			a.logger.Warn("group admission statement failed; its members were admitted one by one", "event", "admission_group_fallback",
+				"groupSize", len(group), "error", fellBack.Error())
+		}
 		for i, w := range group {
 			w.done <- res[i]
 		}

@@ -56,7 +56,8 @@ func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing bool,
 		return failAll(len(subs), &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)})
 	}
 	defer conn.release()
-	return admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+	out, _ := admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+	return out
 }
 
 func failAll(n int, err error) []MemberResult {
@@ -76,12 +77,13 @@ func failAll(n int, err error) []MemberResult {
 // A group statement that fails for a reason one member's values can cause (a
 // data exception, an integrity violation, a deadlock or serialization failure)
 // is rolled back and its members are admitted one by one on the same
-// connection, so one bad member never fails the others. Any other failure before
-// COMMIT fails every member: nothing was written.
-func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
+// connection, so one bad member never fails the others; fellBack is then the
+// group statement's error. Any other failure before COMMIT fails every member:
+// nothing was written.
+func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
 	if len(subs) == 1 {
 		a, err := admitOn(ctx, conn, subs[0], fencing, interruptAfter)
-		return []MemberResult{{Admission: a, Err: err}}
+		return []MemberResult{{Admission: a, Err: err}}, nil
 	}
 	n := len(subs)
 	var (
@@ -127,10 +129,10 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 				rollback(ctx, conn)
 			}
 			if conn.Conn().PgConn().TxStatus() == 'I' {
-				return admitEach(ctx, conn, subs, fencing, interruptAfter)
+				return admitEach(ctx, conn, subs, fencing, interruptAfter), err
 			}
 		}
-		return fail(fmt.Errorf("group admission statement: %w", err))
+		return fail(fmt.Errorf("group admission statement: %w", err)), nil
 	}
 
 	for i := range out {
@@ -140,7 +142,7 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 		}
 		first, err := firstAttempt(ctx, conn, subs[i].PayoutID)
 		if err != nil {
-			return fail(fmt.Errorf("reading the first attempt: %w", err))
+			return fail(fmt.Errorf("reading the first attempt: %w", err)), nil
 		}
 		a.First = first
 	}
@@ -152,7 +154,7 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 			out[i] = MemberResult{Err: &e}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // scanGroup reads the group statement's rows into out, by ordinal.
@@ -286,6 +288,6 @@ func (s *Store) ResolveGroup(ctx context.Context, res []resolution) ([]bool, err
 }
 
 // admitGroupConn is AdmitGroup on a connection the dispatcher holds.
-func (s *Store) admitGroupConn(ctx context.Context, conn dbConn, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
+func (s *Store) admitGroupConn(ctx context.Context, conn dbConn, subs []Submission, fencing bool, interruptAfter time.Duration) ([]MemberResult, error) {
 	return admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
 }
