@@ -28,13 +28,20 @@ const DefaultMaxGroup = 64
 // MaxMaxGroup is a sanity bound on RAIL_PROXY_MAX_GROUP.
 const MaxMaxGroup = 1000
 
+// maxAdmitWorkers caps the admission transactions one replica runs at once.
+// Beyond a few, more concurrent transactions buy no throughput — the groups absorb
+// the load — and cost paydb CPU per submission: on the 2-core bench, 15 workers
+// gave PostgreSQL CPU per submission 0.94 × the ceiling's, 8 gave 0.67, 4 gave
+// 0.55 (single noisy runs, docs/contracts/rail-proxy.md#group-admission).
+const maxAdmitWorkers = 8
+
 // groupWorkers splits a pool of maxConns paydb connections: admission workers
-// (each holds one connection while its group runs), resolution workers, and a
-// reserve for the janitor, audit-trail reads and health checks, which borrow the
-// pool directly.
+// (each holds one connection while its group runs; at most maxAdmitWorkers),
+// resolution workers, and a reserve for the janitor, audit-trail reads and health
+// checks, which borrow the pool directly.
 func groupWorkers(maxConns int) (admit, resolve int) {
 	reserve := max(1, maxConns/4)
-	return max(1, maxConns-reserve), max(1, reserve/2)
+	return min(maxAdmitWorkers, max(1, maxConns-reserve)), max(1, reserve/2)
 }
 
 // admitWait is one submission queued for admission.
