@@ -34,6 +34,13 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		proxies = append(proxies, startProxy(t, cfg))
 	}
 
+	// rail_admission_group_size exists from start-up, at zero (C4 #ct4-zero).
+	for i, p := range proxies {
+		if c := metric(t, p, "rail_admission_group_size_count"); c != 0 {
+			t.Fatalf("replica %d: rail_admission_group_size_count %v at start-up, want 0", i, c)
+		}
+	}
+
 	const accounts = 50
 	var tokens [accounts]atomic.Int64
 	var (
@@ -74,6 +81,9 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		}
 		sum, count := metric(t, p, "rail_admission_group_size_sum"), metric(t, p, "rail_admission_group_size_count")
 		t.Logf("replica %d: %v submissions in %v groups", i, sum, count)
+		if count <= 0 || sum <= count {
+			t.Errorf("replica %d: %v submissions in %v groups: the race never formed a group of more than one", i, sum, count)
+		}
 	}
 
 	pool := pgtest.Pool(t, paydbURL)
