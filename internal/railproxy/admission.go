@@ -35,6 +35,9 @@ type admitter struct {
 	// it admits carries interrupt_at = submitted_at + interruptAfter, and a
 	// resolving write it could not make is retried until shortly before then.
 	interruptAfter time.Duration
+	// groups queues admissions and resolving writes into groups
+	// (RAIL_PROXY_MAX_GROUP, group.go); nil admits one by one.
+	groups *groups
 
 	// active counts submissions being carried to their answers and resolving
 	// writes carried on in the background after the answer (a late writer is
@@ -107,7 +110,7 @@ func (a *admitter) count(metric string, took time.Duration) {
 func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) reply {
 	// Steps 1–3, bounded as a whole (pool wait included) by AdmissionBound.
 	actx, cancel := context.WithTimeout(ctx, AdmissionBound)
-	adm, err := a.store.Admit(actx, sub, a.fencing, a.interruptAfter)
+	adm, err := a.admit(actx, sub)
 	cancel()
 	if err != nil {
 		return a.intentNotCommitted(ctx, sub, err, start)
@@ -263,7 +266,7 @@ type resolution struct {
 func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.Duration) (row Attempt, wrote bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	ok, err := a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
+	ok, err := a.resolve(ctx, res)
 	if err != nil {
 		return Attempt{}, false, err
 	}

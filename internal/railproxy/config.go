@@ -64,6 +64,10 @@ type Config struct {
 	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
 	// X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
 	GrantKeysFile string
+	// MaxGroup is RAIL_PROXY_MAX_GROUP: at most this many submissions are
+	// admitted in one transaction (and resolved in one statement); 1 admits one
+	// by one (group.go).
+	MaxGroup int
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -92,6 +96,7 @@ func DefaultConfig() Config {
 		InterruptedAfter:   60 * time.Second,
 
 		RailIdleConnTimeout: DefaultRailIdleConnTimeout,
+		MaxGroup:            DefaultMaxGroup,
 	}
 }
 
@@ -139,6 +144,9 @@ func (c Config) Validate() error {
 			"must exceed admission %s + RAIL_CONNECT_TIMEOUT %s + RAIL_READ_TIMEOUT %s + resolution %s = %s by at least %s, got %s",
 			AdmissionBound, c.RailConnectTimeout, c.RailReadTimeout, ResolveBound, c.InFlightBound(), InterruptMargin, c.InterruptedAfter)
 	}
+	if c.MaxGroup < 1 || c.MaxGroup > MaxMaxGroup {
+		return serve.Invalid("RAIL_PROXY_MAX_GROUP", "must be between 1 and %d, got %d", MaxMaxGroup, c.MaxGroup)
+	}
 	if c.JanitorInterval < 0 {
 		return errors.New("railproxy: JanitorInterval must not be negative")
 	}
@@ -185,6 +193,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 	s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
+	s.Int(&cfg.MaxGroup, "RAIL_PROXY_MAX_GROUP", def.MaxGroup, "at most this many submissions admitted in one paydb transaction, and resolved in one statement (1: one by one)")
 	extra, err := s.Parse(rest)
 	if err != nil {
 		if errors.Is(err, serve.ErrHelp) {

@@ -31,6 +31,7 @@ type metrics struct {
 	lateResolutions    prometheus.Counter
 	reusedConnFailures prometheus.Counter
 	statementReads     *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
+	groupSize          prometheus.Histogram   // rail_admission_group_size (issue 10), group.go
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -77,6 +78,12 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled,
 		m.lateResolutions, m.reusedConnFailures)
 	m.statementReads = newStatementMetric(reg)
+	m.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rail_admission_group_size",
+		Help:    "Submissions admitted per admission transaction (RAIL_PROXY_MAX_GROUP bounds it; 1 at low load).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	})
+	reg.MustRegister(m.groupSize)
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {

@@ -220,7 +220,12 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interru
 		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)}
 	}
 	defer conn.Release()
+	return admitOn(ctx, conn, sub, fencing, interruptAfter)
+}
 
+// admitOn is Admit on a connection the caller holds (the group path falls back
+// to it, member by member, on the group's own connection).
+func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bool, interruptAfter time.Duration) (Admission, error) {
 	inTx := false
 	fail := func(err error) (Admission, error) {
 		if inTx {
@@ -229,8 +234,11 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interru
 		return Admission{}, &CommitError{Err: err}
 	}
 
+	// RaiseSyncCommitSQL rides in the same batch as BEGIN: the COMMIT below waits
+	// for the synchronous standby whatever paydb's default, at no extra round trip.
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(dbconn.RaiseSyncCommitSQL)
 	b.Queue(admitSQL, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
 		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds())
 	br := conn.SendBatch(ctx, b)
@@ -238,9 +246,12 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interru
 		a       Admission
 		outcome *string
 	)
-	_, err = br.Exec()
+	_, err := br.Exec()
 	if err == nil {
 		inTx = true
+		_, err = br.Exec()
+	}
+	if err == nil {
 		err = br.QueryRow().Scan(&a.PassedFence, &a.SubmissionID, &a.SubmittedAt, &outcome)
 	}
 	if cerr := br.Close(); err == nil {
@@ -273,18 +284,34 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interru
 		return fail(fmt.Errorf("admission statement returned outcome %q", *outcome))
 	}
 
-	tag, err := conn.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
-		err = errors.New("transaction was rolled back")
-		return Admission{}, &CommitError{SubmissionID: a.SubmissionID, Intent: a.Verdict == Admitted, Err: err}
-	}
-	if err != nil {
-		// COMMIT was sent: it may have committed before the answer was lost.
-		return Admission{}, &CommitError{SubmissionID: a.SubmissionID, Intent: a.Verdict == Admitted,
-			Unsure: true, Err: fmt.Errorf("commit: %w", err)}
+	if err := commit(ctx, conn); err != nil {
+		err.SubmissionID, err.Intent = a.SubmissionID, a.Verdict == Admitted
+		return Admission{}, err
 	}
 	return a, nil
+}
+
+// commit sends COMMIT on its own and says what became of the transaction; nil
+// when it is committed and durable. The caller fills in the rows at stake.
+//
+//   - ROLLBACK for an answer: the transaction had failed, nothing was written.
+//   - No answer: it may have committed before the answer was lost (Unsure).
+//   - The cancelled-synchronous-replication warning (dbconn.ErrCommitNotDurable):
+//     committed on the primary only, so a failover may forget it. It is treated
+//     as not committed — nothing is forwarded, the caller answers 503 — and as
+//     Unsure, so the row that does exist on the primary is resolved UNSENT.
+func commit(ctx context.Context, conn *pgxpool.Conn) *CommitError {
+	tag, err := dbconn.ExecCommit(ctx, conn.Conn())
+	switch {
+	case err != nil:
+		// COMMIT was sent: it may have committed before the answer was lost, or
+		// it did commit but only on the primary (err wraps ErrCommitNotDurable).
+		return &CommitError{Unsure: true, Err: fmt.Errorf("commit: %w", err)}
+	case tag.String() != "COMMIT":
+		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+		return &CommitError{Err: errors.New("transaction was rolled back")}
+	}
+	return nil
 }
 
 func firstAttempt(ctx context.Context, conn *pgxpool.Conn, payoutID string) (*Attempt, error) {

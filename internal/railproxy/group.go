@@ -1,0 +1,311 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Group admission and group resolution (issue 10; docs/contracts/rail-proxy.md
+// #group-admission). Submissions waiting at the same moment share one admission
+// transaction — one round trip, one commit, one WAL flush — and resolving writes
+// ready at the same moment share one statement. First come, first served, and no
+// timer: a worker that gets a paydb connection takes whatever is queued (at most
+// RAIL_PROXY_MAX_GROUP), so at low load a group is one submission and nothing
+// waits for company. Groups only grow while every worker is busy, which is when
+// sharing pays.
+//
+// Workers are goroutines started when work is queued and fewer than the bound
+// run; each ends when it finds the queue empty. So there is nothing to start or
+// stop with the process, and the drain's wait for submissions in flight covers
+// them: every queued submission is answered by a worker.
+
+// DefaultMaxGroup is RAIL_PROXY_MAX_GROUP's default (C5).
+const DefaultMaxGroup = 64
+
+// MaxMaxGroup is a sanity bound on RAIL_PROXY_MAX_GROUP.
+const MaxMaxGroup = 1000
+
+// maxAdmitWorkers caps the admission transactions one replica runs at once.
+// Beyond a few, more concurrent transactions buy no throughput — the groups absorb
+// the load — and cost paydb CPU per submission: on the 2-core bench, 15 workers
+// gave PostgreSQL CPU per submission 0.94 × the ceiling's, 8 gave 0.67, 4 gave
+// 0.55 (single noisy runs, docs/contracts/rail-proxy.md#group-admission).
+const maxAdmitWorkers = 8
+
+// groupWorkers splits a pool of maxConns paydb connections: admission workers
+// (each holds one connection while its group runs; at most maxAdmitWorkers),
+// resolution workers, and a reserve for the janitor, audit-trail reads and health
+// checks, which borrow the pool directly.
+func groupWorkers(maxConns int) (admit, resolve int) {
+	reserve := max(1, maxConns/4)
+	return min(maxAdmitWorkers, max(1, maxConns-reserve)), max(1, reserve/2)
+}
+
+// admitWait is one submission queued for admission.
+type admitWait struct {
+	sub      Submission
+	deadline time.Time
+	done     chan MemberResult
+}
+
+// resolveWait is one resolving write queued.
+type resolveWait struct {
+	res      resolution
+	deadline time.Time
+	done     chan resolveResult
+}
+
+type resolveResult struct {
+	wrote bool
+	err   error
+}
+
+// groups is the admitter's two queues and their workers.
+type groups struct {
+	maxGroup int // RAIL_PROXY_MAX_GROUP; 1 = one by one, the statements of C1 verbatim
+
+	mu             sync.Mutex
+	admits         []*admitWait
+	admitWorkers   int
+	resolves       []*resolveWait
+	resolveWorkers int
+	maxAdmit       int
+	maxResolve     int
+}
+
+func newGroups(maxGroup, paydbMaxConns int) *groups {
+	a, r := groupWorkers(paydbMaxConns)
+	return &groups{maxGroup: max(1, maxGroup), maxAdmit: a, maxResolve: r}
+}
+
+// grouped reports whether submissions are admitted in groups.
+func (a *admitter) grouped() bool { return a.groups != nil && a.groups.maxGroup > 1 }
+
+// admit runs steps 1–3 for sub, bounded by ctx's deadline (the admission bound):
+// alone with RAIL_PROXY_MAX_GROUP=1, else in whatever group forms.
+func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error) {
+	if !a.grouped() {
+		a.metrics.groupSize.Observe(1)
+		return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
+	}
+	g := a.groups
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(AdmissionBound)
+	}
+	w := &admitWait{sub: sub, deadline: dl, done: make(chan MemberResult, 1)}
+	g.mu.Lock()
+	g.admits = append(g.admits, w)
+	if g.admitWorkers < g.maxAdmit {
+		g.admitWorkers++
+		go a.admitWorker()
+	}
+	g.mu.Unlock()
+	// The member waits for its group's truth whatever happens to its caller: once
+	// its group runs, its row may be committed.
+	r := <-w.done
+	return r.Admission, r.Err
+}
+
+// admitWorker admits groups until the queue is empty. It takes a connection
+// first and forms the group once it has one: everything that queued meanwhile
+// rides along.
+func (a *admitter) admitWorker() {
+	g := a.groups
+	for {
+		g.mu.Lock()
+		if len(g.admits) == 0 {
+			g.admitWorkers--
+			g.mu.Unlock()
+			return
+		}
+		head := g.admits[0].deadline
+		g.mu.Unlock()
+
+		cctx, cancel := context.WithDeadline(context.Background(), head)
+		conn, err := a.store.acquire(cctx)
+		cancel()
+		if err != nil {
+			// No connection before the oldest member's bound: it, and every member
+			// as old, answers 503 (nothing written); the others wait on.
+			a.expireAdmits(head, fmt.Errorf("waiting for a paydb connection: %w", err))
+			continue
+		}
+		group, expired := g.takeAdmits(time.Now())
+		answerExpired(expired)
+		if len(group) == 0 {
+			conn.release()
+			continue
+		}
+		dl := group[0].deadline
+		subs := make([]Submission, len(group))
+		for i, w := range group {
+			subs[i] = w.sub
+			if w.deadline.Before(dl) {
+				dl = w.deadline
+			}
+		}
+		a.metrics.groupSize.Observe(float64(len(group)))
+		gctx, cancel := context.WithDeadline(context.Background(), dl)
+		res, fellBack := a.store.admitGroupConn(gctx, conn, subs, a.fencing, a.interruptAfter)
+		cancel()
+		conn.release()
+		if fellBack != nil {
+			a.logger.Warn("group admission statement failed; its members were admitted one by one", "event", "admission_group_fallback",
+				"groupSize", len(group), "error", fellBack.Error())
+		}
+		for i, w := range group {
+			w.done <- res[i]
+		}
+	}
+}
+
+// takeAdmits takes the next group: at most maxGroup members whose bound has not
+// passed, in arrival order; those whose bound has passed are returned apart.
+func (g *groups) takeAdmits(now time.Time) (group, expired []*admitWait) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := 0
+	for ; i < len(g.admits) && len(group) < g.maxGroup; i++ {
+		w := g.admits[i]
+		if !now.Before(w.deadline) {
+			expired = append(expired, w)
+			continue
+		}
+		group = append(group, w)
+	}
+	g.admits = dropFront(g.admits, i)
+	return group, expired
+}
+
+// expireAdmits answers, with err, every queued member whose deadline is not
+// after dl.
+func (a *admitter) expireAdmits(dl time.Time, err error) {
+	g := a.groups
+	g.mu.Lock()
+	var expired []*admitWait
+	kept := g.admits[:0]
+	for _, w := range g.admits {
+		if w.deadline.After(dl) {
+			kept = append(kept, w)
+		} else {
+			expired = append(expired, w)
+		}
+	}
+	clear(g.admits[len(kept):])
+	g.admits = kept
+	g.mu.Unlock()
+	for _, w := range expired {
+		w.done <- MemberResult{Err: &CommitError{Err: err}}
+	}
+}
+
+func answerExpired(expired []*admitWait) {
+	for _, w := range expired {
+		w.done <- MemberResult{Err: &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", context.DeadlineExceeded)}}
+	}
+}
+
+// dropFront removes the first n elements of q, reusing its array when it empties.
+func dropFront[T any](q []*T, n int) []*T {
+	if n == len(q) {
+		clear(q)
+		return q[:0]
+	}
+	clear(q[:n])
+	return q[n:]
+}
+
+// resolve makes one resolving write, bounded by ctx's deadline: alone with
+// RAIL_PROXY_MAX_GROUP=1 (C1's pinned statement), else in whatever group forms.
+func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
+	if !a.grouped() {
+		return a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
+	}
+	g := a.groups
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(ResolveBound)
+	}
+	w := &resolveWait{res: res, deadline: dl, done: make(chan resolveResult, 1)}
+	g.mu.Lock()
+	g.resolves = append(g.resolves, w)
+	if g.resolveWorkers < g.maxResolve {
+		g.resolveWorkers++
+		go a.resolveWorker()
+	}
+	g.mu.Unlock()
+	r := <-w.done
+	return r.wrote, r.err
+}
+
+// resolveWorker makes the queued resolving writes, a group per statement, until
+// the queue is empty.
+func (a *admitter) resolveWorker() {
+	g := a.groups
+	for {
+		g.mu.Lock()
+		now := time.Now()
+		var group, expired []*resolveWait
+		i := 0
+		for ; i < len(g.resolves) && len(group) < g.maxGroup; i++ {
+			w := g.resolves[i]
+			if !now.Before(w.deadline) {
+				expired = append(expired, w)
+				continue
+			}
+			group = append(group, w)
+		}
+		g.resolves = dropFront(g.resolves, i)
+		if len(group) == 0 && len(expired) == 0 {
+			g.resolveWorkers--
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		for _, w := range expired {
+			w.done <- resolveResult{err: fmt.Errorf("resolving submission %d: %w", w.res.id, context.DeadlineExceeded)}
+		}
+		if len(group) == 0 {
+			continue
+		}
+		dl := group[0].deadline
+		res := make([]resolution, len(group))
+		for i, w := range group {
+			res[i] = w.res
+			if w.deadline.Before(dl) {
+				dl = w.deadline
+			}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		wrote, err := a.store.ResolveGroup(ctx, res)
+		cancel()
+		if err != nil && len(group) > 1 && !errors.Is(err, context.DeadlineExceeded) && memberCaused(err) {
+			// One member's values refused: write them one by one.
+			wrote, err = make([]bool, len(group)), nil
+			for i, w := range group {
+				cctx, cancel := context.WithDeadline(context.Background(), w.deadline)
+				ok, rerr := a.store.Resolve(cctx, w.res.id, w.res.outcome, w.res.railRef, w.res.reason)
+				cancel()
+				wrote[i] = ok
+				if rerr != nil {
+					w.done <- resolveResult{err: rerr}
+					group[i] = nil
+				}
+			}
+		}
+		for i, w := range group {
+			if w == nil {
+				continue
+			}
+			if err != nil {
+				w.done <- resolveResult{err: err}
+				continue
+			}
+			w.done <- resolveResult{wrote: wrote[i]}
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/invariants"
+	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+// Acceptance 3 of issue 10: two replicas admitting groups of up to 64 race on 50
+// accounts, tokens going up: no deadlock (no group statement falls back, none
+// fails), no 503, each account's mark is the highest token admitted for it, and
+// the invariant checker finds no stale admission.
+func TestTwoReplicasRacingInGroups(t *testing.T) {
+	t.Parallel()
+	paydbURL := pgtest.PaydbURL(t)
+	rail := startStub(t, 0)
+	var proxies []*proxy
+	for range 2 {
+		cfg := testConfig(paydbURL, rail.URL)
+		cfg.MaxGroup = 64
+		cfg.LogLevel = "info"
+		cfg.PaydbMaxConns = 4 // three admission workers: groups grow
+		proxies = append(proxies, startProxy(t, cfg))
+	}
+
+	// rail_admission_group_size exists from start-up, at zero (C4 #ct4-zero).
+	for i, p := range proxies {
+		if c := metric(t, p, "rail_admission_group_size_count"); c != 0 {
+			t.Fatalf("replica %d: rail_admission_group_size_count %v at start-up, want 0", i, c)
+		}
+	}
+
+	const accounts = 50
+	var tokens [accounts]atomic.Int64
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		failures []string
+		payoutN  atomic.Int64
+	)
+	stop := time.Now().Add(5 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 48 {
+		wg.Go(func() {
+			for i := g; time.Now().Before(stop); i++ {
+				acct := (i*7 + g) % accounts
+				tok := tokens[acct].Add(1)
+				p := newPayout(fmt.Sprintf("race-%d", payoutN.Add(1)), fmt.Sprintf("acct-%d", acct))
+				a := trySubmit(proxies[i%2].URL, tok, p)
+				mu.Lock()
+				statuses[a.Status]++
+				if a.Err != nil || (a.Status != 200 && a.code() != lockapi.CodeFencedOut) {
+					failures = append(failures, fmt.Sprintf("%s token %d: %d %s %v", p.PayoutID, tok, a.Status, a.code(), a.Err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("answers by status: %v", statuses)
+	if len(failures) > 0 {
+		t.Errorf("%d answers neither 200 nor FENCED_OUT, e.g. %v", len(failures), failures[:min(5, len(failures))])
+	}
+	for i, p := range proxies {
+		if n := len(p.Logs.events("admission_group_fallback")); n > 0 {
+			t.Errorf("replica %d: %d group statements failed (deadlock?): %v", i, n, p.Logs.events("admission_group_fallback")[0])
+		}
+		if logs := p.Logs.String(); strings.Contains(logs, "deadlock") {
+			t.Errorf("replica %d logged a deadlock", i)
+		}
+		sum, count := metric(t, p, "rail_admission_group_size_sum"), metric(t, p, "rail_admission_group_size_count")
+		t.Logf("replica %d: %v submissions in %v groups", i, sum, count)
+		if count <= 0 || sum <= count {
+			t.Errorf("replica %d: %v submissions in %v groups: the race never formed a group of more than one", i, sum, count)
+		}
+	}
+
+	pool := pgtest.Pool(t, paydbURL)
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT h.account_id, h.highest_token, (SELECT max(presented_token) FROM rail_submission s
+	        WHERE s.account_id = h.account_id AND (s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT','UNSENT')))
+	  FROM rail_high_water h`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var acct string
+		var mark int64
+		var top *int64
+		if err := rows.Scan(&acct, &mark, &top); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if top == nil || *top != mark {
+			t.Errorf("%s: mark %d, highest admitted token %v", acct, mark, top)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != accounts {
+		t.Errorf("%d marks, want %d", n, accounts)
+	}
+	h, err := invariants.Load(ctx, pool, pgtest.Pool(t, pgtest.LockdbURL(t)), rail.calls(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := invariants.Evaluate(h, invariants.Options{FencingEnabled: true})
+	for _, c := range []invariants.CheckID{invariants.CheckStaleAdmission, invariants.CheckMark} {
+		if k := r.Count(c); k != 0 {
+			t.Errorf("checker: %d findings of %s", k, c)
+		}
+	}
+}
+
+// Issue 9 build 2 for rail-proxy's admission, one by one and in groups: with
+// the synchronous standby held back, the admission's COMMIT waits; its backend's
+// wait is cancelled, so PostgreSQL reports the COMMIT as a success with the
+// cancelled-synchronous-replication warning. The proxy takes it as not committed:
+// 503 RAIL_UNAVAILABLE stage intent_commit, the rail never called, and the row
+// the primary does hold resolved UNSENT once paydb takes writes again.
+func TestCancelledSyncWaitAnswers503AndNeverCallsTheRail(t *testing.T) {
+	pair := pgtest.Pair(t, pgcluster.PairOptions{Sync: true})
+	rail := startStub(t, 0)
+	pool := pgtest.Pool(t, pair.URL("paydb"))
+	ctx := context.Background()
+	for _, maxGroup := range []int{1, 64} {
+		cfg := testConfig(pair.URL("paydb"), rail.URL)
+		cfg.MaxGroup = maxGroup
+		px := startProxy(t, cfg)
+		p := newPayout(fmt.Sprintf("p-sync-%d", maxGroup), "acct-sync")
+		if err := pair.HoldStandby(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan answer, 1)
+		go func() { done <- trySubmit(px.URL, int64(10*maxGroup), p) }()
+		pid, err := pair.WaitSyncRep(ctx)
+		if err != nil {
+			pair.ReleaseStandby()
+			t.Fatal(err)
+		}
+		if err := pair.CancelBackend(ctx, pid, false); err != nil {
+			pair.ReleaseStandby()
+			t.Fatal(err)
+		}
+		var a answer
+		select {
+		case a = <-done:
+		case <-time.After(30 * time.Second):
+			pair.ReleaseStandby()
+			t.Fatal("no answer within 30 s")
+		}
+		pair.ReleaseStandby()
+		if a.Err != nil || a.Status != 503 || a.code() != lockapi.CodeRailUnavailable || a.str("stage") != "intent_commit" {
+			t.Fatalf("max group %d: answer %d %v %v; want 503 RAIL_UNAVAILABLE stage intent_commit", maxGroup, a.Status, a.Body, a.Err)
+		}
+		if n := rail.callsFor(t, p.PayoutID); n != 0 {
+			t.Fatalf("max group %d: the rail was called %d times for an intent whose commit was not durable", maxGroup, n)
+		}
+		eventually(t, 30*time.Second, "the row resolved UNSENT", func() bool {
+			rs, err := tryRowsOf(pool, p.PayoutID)
+			return err == nil && len(rs) == 1 && outcomeOf(rs[0]) == lockapi.OutcomeUnsent
+		})
+		if err := px.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A group's COMMIT: every member is told its commit was not durable, with
+	// the row at stake, so each is answered 503 and its row resolved UNSENT.
+	store, err := OpenStore(ctx, pair.URL("paydb"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	subs := make([]Submission, 3)
+	for i := range subs {
+		subs[i] = Submission{PayoutID: fmt.Sprintf("p-group-%d", i), AccountID: "acct-group", Token: int64(i + 1),
+			OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}
+	}
+	subs[2].Token = 1 // FENCED: its row too is at stake
+	if err := pair.HoldStandby(); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan []MemberResult, 1)
+	go func() { res <- store.AdmitGroup(ctx, subs, true, time.Minute) }()
+	pid, err := pair.WaitSyncRep(ctx)
+	if err == nil {
+		err = pair.CancelBackend(ctx, pid, false)
+	}
+	if err != nil {
+		pair.ReleaseStandby()
+		t.Fatal(err)
+	}
+	got := <-res
+	pair.ReleaseStandby()
+	for i, r := range got {
+		var ce *CommitError
+		if !errors.As(r.Err, &ce) || !errors.Is(r.Err, dbconn.ErrCommitNotDurable) || !ce.Unsure || ce.SubmissionID == 0 ||
+			ce.Intent != (i < 2) {
+			t.Errorf("member %d: %+v %v; want a CommitError wrapping ErrCommitNotDurable, unsure, naming its row", i, r.Admission, r.Err)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+package railproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/lockapi"
+)
+
+// This file and store.go are the only ones that speak SQL or know pgx: the
+// group forms of admission and resolution (issue 10; docs/contracts/rail-proxy.md
+// #group-admission).
+
+// admitGroupSQL calls paydb's rail_admit_group (migration 00005): steps 1–2 for
+// the whole group, in one statement.
+const admitGroupSQL = `SELECT o_ord, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
+  FROM rail_admit_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// MemberResult is what became of one member of a group: its committed admission,
+// or the *CommitError its answer is made of.
+type MemberResult struct {
+	Admission Admission
+	Err       error
+}
+
+// dbConn is a pooled paydb connection a group holds from the moment it is formed
+// until its transaction has ended; the dispatcher (group.go) handles it without
+// knowing pgx.
+type dbConn struct{ c *pgxpool.Conn }
+
+func (d dbConn) release() { d.c.Release() }
+
+// acquire waits for a paydb connection (ctx bounds the wait).
+func (s *Store) acquire(ctx context.Context) (dbConn, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return dbConn{}, err
+	}
+	return dbConn{c: c}, nil
+}
+
+// AdmitGroup runs steps 1–3 for subs in one transaction, as Admit does for one:
+// the verdicts, rows and marks are those of admitting subs one by one in their
+// order. It returns one result per member, in subs' order. ctx bounds
+// everything, the wait for a connection included.
+func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return failAll(len(subs), &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)})
+	}
+	defer conn.release()
+	out, _ := admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+	return out
+}
+
+func failAll(n int, err error) []MemberResult {
+	out := make([]MemberResult, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
+}
+
+// admitGroupOn is AdmitGroup on a connection the caller holds. Round trips: BEGIN,
+// the synchronous-commit raise and the group statement in one pipelined batch;
+// the first-attempt reads of DUPLICATE members (rare); COMMIT on its own, once
+// every submission_id is known, so a commit whose answer is lost still names the
+// rows that may exist.
+//
+// A group statement that fails for a reason one member's values can cause (a
+// data exception, an integrity violation, a deadlock or serialization failure)
+// is rolled back and its members are admitted one by one on the same
+// connection, so one bad member never fails the others; fellBack is then the
+// group statement's error. Any other failure before COMMIT fails every member:
+// nothing was written.
+func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
+	if len(subs) == 1 {
+		a, err := admitOn(ctx, conn, subs[0], fencing, interruptAfter)
+		return []MemberResult{{Admission: a, Err: err}}, nil
+	}
+	n := len(subs)
+	var (
+		accounts, payouts, owners, idems, currencies, beneficiaries = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		tokens, amounts = make([]int64, n), make([]int64, n)
+	)
+	for i, s := range subs {
+		accounts[i], tokens[i], payouts[i], owners[i], idems[i] = s.AccountID, s.Token, s.PayoutID, s.OwnerID, s.IdempotencyKey
+		amounts[i], currencies[i], beneficiaries[i] = s.AmountMinor, s.Currency, s.Beneficiary
+	}
+
+	inTx := false
+	fail := func(err error) []MemberResult {
+		if inTx {
+			rollback(ctx, conn)
+		}
+		return failAll(n, &CommitError{Err: err})
+	}
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(dbconn.RaiseSyncCommitSQL)
+	b.Queue(admitGroupSQL, accounts, tokens, payouts, owners, idems, amounts, currencies, beneficiaries,
+		fencing, interruptAfter.Milliseconds())
+	br := conn.SendBatch(ctx, b)
+	out := make([]MemberResult, n)
+	_, err := br.Exec()
+	if err == nil {
+		inTx = true
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = scanGroup(br, out)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		inTx = inTx || conn.Conn().PgConn().TxStatus() != 'I'
+		if memberCaused(err) && ctx.Err() == nil {
+			if inTx {
+				rollback(ctx, conn)
+			}
+			if conn.Conn().PgConn().TxStatus() == 'I' {
+				return admitEach(ctx, conn, subs, fencing, interruptAfter), err
+			}
+		}
+		return fail(fmt.Errorf("group admission statement: %w", err)), nil
+	}
+
+	for i := range out {
+		a := &out[i].Admission
+		if a.Verdict != Duplicate {
+			continue
+		}
+		first, err := firstAttempt(ctx, conn, subs[i].PayoutID)
+		if err != nil {
+			return fail(fmt.Errorf("reading the first attempt: %w", err)), nil
+		}
+		a.First = first
+	}
+
+	if cerr := commit(ctx, conn); cerr != nil {
+		for i := range out {
+			e := *cerr
+			e.SubmissionID, e.Intent = out[i].Admission.SubmissionID, out[i].Admission.Verdict == Admitted
+			out[i] = MemberResult{Err: &e}
+		}
+	}
+	return out, nil
+}
+
+// scanGroup reads the group statement's rows into out, by ordinal.
+func scanGroup(br pgx.BatchResults, out []MemberResult) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var (
+			ord     int32
+			a       Admission
+			outcome *string
+			mark    *int64
+		)
+		if err := rows.Scan(&ord, &a.SubmissionID, &a.SubmittedAt, &outcome, &a.PassedFence, &mark); err != nil {
+			return err
+		}
+		if ord < 1 || int(ord) > len(out) {
+			return fmt.Errorf("group admission returned ordinal %d for a group of %d", ord, len(out))
+		}
+		switch {
+		case outcome == nil:
+			a.Verdict = Admitted
+		case *outcome == lockapi.OutcomeFenced:
+			a.Verdict = Fenced
+			if mark == nil {
+				return errors.New("group admission fenced a submission without a mark")
+			}
+			a.HighestToken = *mark
+		case *outcome == lockapi.OutcomeDuplicate:
+			a.Verdict = Duplicate
+		default:
+			return fmt.Errorf("group admission returned outcome %q", *outcome)
+		}
+		out[ord-1].Admission = a
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != len(out) {
+		return fmt.Errorf("group admission returned %d rows for a group of %d", seen, len(out))
+	}
+	return nil
+}
+
+// memberCaused says whether a failed group statement may owe its failure to one
+// member's values or to its meeting another transaction, rather than to paydb
+// being unable to take it: then admitting the members one by one can still
+// succeed for every member but the one at fault.
+func memberCaused(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "23": // data exception, integrity constraint violation
+		return true
+	}
+	return pe.Code == "40P01" || pe.Code == "40001" // deadlock, serialization failure
+}
+
+// admitEach admits subs one by one on conn, each in its own transaction.
+func admitEach(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
+	out := make([]MemberResult, len(subs))
+	for i, s := range subs {
+		a, err := admitOn(ctx, conn, s, fencing, interruptAfter)
+		out[i] = MemberResult{Admission: a, Err: err}
+	}
+	return out
+}
+
+// resolveGroupSQL is C1's pinned resolution for many rows in one statement: the
+// same conditional `outcome IS NULL`, so it is idempotent and never overwrites
+// what someone else wrote; the rows it changed come back.
+const resolveGroupSQL = `
+UPDATE rail_submission s
+   SET outcome = u.o, rail_reference = u.r, decline_reason = u.d, resolved_at = clock_timestamp()
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(id, o, r, d)
+ WHERE s.submission_id = u.id AND s.outcome IS NULL
+RETURNING s.submission_id`
+
+// ResolveGroup makes the resolving writes of res in one statement and reports,
+// for each, whether it changed the row (false: already resolved, or no such row
+// — Attempt then tells which, as after Resolve). An error means none was made.
+func (s *Store) ResolveGroup(ctx context.Context, res []resolution) ([]bool, error) {
+	if len(res) == 1 {
+		ok, err := s.Resolve(ctx, res[0].id, res[0].outcome, res[0].railRef, res[0].reason)
+		return []bool{ok}, err
+	}
+	// A row named twice (two writers of one outcome, a rare race) is written by
+	// its first mention only; the other then finds it resolved, as it would one
+	// by one.
+	ids := make([]int64, 0, len(res))
+	outcomes := make([]string, 0, len(res))
+	refs := make([]*string, 0, len(res))
+	reasons := make([]*string, 0, len(res))
+	first := make(map[int64]int, len(res))
+	for i, r := range res {
+		if _, dup := first[r.id]; dup {
+			continue
+		}
+		first[r.id] = i
+		ids, outcomes = append(ids, r.id), append(outcomes, r.outcome)
+		refs, reasons = append(refs, r.railRef), append(reasons, r.reason)
+	}
+	rows, err := s.pool.Query(ctx, resolveGroupSQL, ids, outcomes, refs, reasons)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
+	}
+	wrote := make(map[int64]bool, len(res))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
+		}
+		wrote[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
+	}
+	out := make([]bool, len(res))
+	for i, r := range res {
+		out[i] = wrote[r.id] && first[r.id] == i
+	}
+	return out, nil
+}
+
+// admitGroupConn is AdmitGroup on a connection the dispatcher holds.
+func (s *Store) admitGroupConn(ctx context.Context, conn dbConn, subs []Submission, fencing bool, interruptAfter time.Duration) ([]MemberResult, error) {
+	return admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+}
