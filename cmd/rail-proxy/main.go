@@ -15,6 +15,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cmd, cfg, err := railproxy.ParseConfig(os.Args[1:], os.Getenv)
+	if err == nil && cmd == "serve" {
+		err = startPprof(os.Getenv(pprofAddrEnv))
+	}
 	if err == nil {
 		switch cmd {
 		case "migrate":
