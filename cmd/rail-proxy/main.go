@@ -16,6 +16,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cmd, cfg, err := railproxy.ParseConfig(os.Args[1:], os.Getenv)
 	if err == nil && cmd == "serve" {
+		applyMemoryLimit(os.Getenv)
 		err = startPprof(os.Getenv(pprofAddrEnv))
 	}
 	if err == nil {

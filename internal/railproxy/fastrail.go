@@ -1,16 +1,19 @@
 package railproxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -179,12 +182,17 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 	if err := conn.SetReadDeadline(time.Now().Add(c.readTimeout)); err != nil {
 		return fail(err)
 	}
-	br := c.hop.AcquireReader(conn)
-	defer c.hop.ReleaseReader(br)
-	if _, err := br.Peek(1); err != nil {
+	// The first byte of the reply is waited for with no buffer held (a call
+	// spends nearly all its life here: with 2,000 in flight, 4 KiB each is 8 MiB);
+	// the pooled reader is taken once the reply has begun.
+	first := &firstByteConn{conn: conn}
+	if _, err := conn.Read(first.b[:]); err != nil {
 		return fail(err)
 	}
 	st.replyByte = true
+	first.has = true
+	br := acquireHopReader(first)
+	defer releaseHopReader(br)
 	if err := resp.ReadLimitBody(br, maxRailReply); err != nil {
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 			c.hop.CloseConn(cc)
@@ -192,13 +200,42 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 		}
 		return fail(err)
 	}
-	if noReuse || resp.ConnectionClose() || br.Buffered() > 0 {
+	if noReuse || resp.ConnectionClose() || br.Buffered() > 0 || first.has {
 		// Bytes beyond the reply are not ours to keep on a connection.
 		c.hop.CloseConn(cc)
 	} else {
 		c.hop.ReleaseConn(cc)
 	}
 	return st, nil
+}
+
+// firstByteConn reads the byte already taken off conn, then conn.
+type firstByteConn struct {
+	conn net.Conn
+	b    [1]byte
+	has  bool
+}
+
+func (f *firstByteConn) Read(p []byte) (int, error) {
+	if f.has && len(p) > 0 {
+		f.has = false
+		p[0] = f.b[0]
+		return 1, nil
+	}
+	return f.conn.Read(p)
+}
+
+var hopReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, railHopBuffer) }}
+
+func acquireHopReader(r io.Reader) *bufio.Reader {
+	br := hopReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func releaseHopReader(br *bufio.Reader) {
+	br.Reset(nil)
+	hopReaders.Put(br)
 }
 
 // Pay presents one payment to the rail, once. The caller's context is not used

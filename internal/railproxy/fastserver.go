@@ -38,7 +38,7 @@ import (
 
 // serverReadBuffer is the per-connection read buffer: request headers must fit in
 // it (fasthttp answers 431 otherwise).
-const serverReadBuffer = 8 << 10
+const serverReadBuffer = 4 << 10
 
 // serveFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
 // no new connections, in-flight requests get serve.ShutdownGrace to finish. It
