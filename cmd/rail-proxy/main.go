@@ -15,6 +15,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cmd, cfg, err := railproxy.ParseConfig(os.Args[1:], os.Getenv)
+	if err == nil && cmd == "serve" {
+		applyMemoryLimit(os.Getenv)
+		err = startPprof(os.Getenv(pprofAddrEnv))
+	}
 	if err == nil {
 		switch cmd {
 		case "migrate":

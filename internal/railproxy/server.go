@@ -39,6 +39,22 @@ func newLogger(cfg Config) (*slog.Logger, error) {
 	return serve.NewLogger(out, "rail-proxy", cfg.LogLevel)
 }
 
+// newServeLogger is the logger of a serving proxy: on stdout its lines are
+// batched (logWriter); close writes what is left, and must be called last.
+func newServeLogger(cfg Config) (*slog.Logger, func(), error) {
+	if cfg.LogOutput != nil {
+		l, err := newLogger(cfg)
+		return l, func() {}, err
+	}
+	lw := newLogWriter(os.Stdout)
+	l, err := serve.NewLogger(lw, "rail-proxy", cfg.LogLevel)
+	if err != nil {
+		_ = lw.Close()
+		return nil, nil, err
+	}
+	return l, func() { _ = lw.Close() }, nil
+}
+
 // Run serves rail-proxy until ctx is cancelled, then drains: readiness DOWN, no
 // new connections, in-flight submissions carried to their answers, and returns
 // nil. It refuses to start against a read replica or a schema that is behind.
@@ -55,10 +71,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	logger, err := newLogger(cfg)
+	logger, closeLog, err := newServeLogger(cfg)
 	if err != nil {
 		return err
 	}
+	defer closeLog()
 	if !cfg.FencingEnabled {
 		logger.Error("FENCING IS DISABLED: tokens at or below an account's mark are admitted and forwarded; this exists to demonstrate the hazard, never for production",
 			"event", "fencing_disabled")
@@ -117,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 		"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
 		"paydbMaxConns", cfg.PaydbMaxConns)
-	err = serve.Serve(ctx, ln, serve.Handler(mux, logger), health, logger)
+	err = serveFast(ctx, ln, serve.Handler(mux, logger), health, logger)
 	// A submission whose connection outlived the drain grace is still carried to
 	// its answer and its row resolved before the pool closes, and a resolving
 	// write paydb did not take is still tried until shortly before its row's

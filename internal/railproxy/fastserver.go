@@ -1,0 +1,277 @@
+package railproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+
+	"github.com/valyala/fasthttp"
+
+	"lock.dev/internal/serve"
+	"lock.dev/lockapi"
+)
+
+// rail-proxy's HTTP server is fasthttp's: one goroutine per connection and no
+// background reader (net/http runs two goroutines per connection), its buffers
+// pooled, and an answer written in one write. Every route still runs through the
+// same net/http handlers (serve.Handler around the mux: 404/405, panics → 500,
+// request_refused logging, the grant gate), handed an *http.Request and an
+// http.ResponseWriter of our own (toHTTPRequest, fastWriter) on the connection's
+// own goroutine — fasthttpadaptor is not used: it buffers the whole request body
+// (no bound) and runs each handler on a goroutine of its own.
+//
+// C3's server rules, as net/http had them:
+//   - the request headers within 5 s (ReadTimeout, from the first byte), the body
+//     within a further 10 s (HeaderReceived), idle connections closed after 60 s;
+//   - the body is streamed to the handler (StreamRequestBody), so 415 is decided
+//     before 413 and an oversized body is drained by lockapi within its bound
+//     (MaxDrainBytes), exactly as over net/http; fasthttp itself discards at most
+//     256 KiB a handler left unread, and closes the connection otherwise;
+//   - graceful drain: no new connections, in-flight requests finish within
+//     serve.ShutdownGrace.
+
+// serverReadBuffer is the per-connection read buffer: request headers must fit in
+// it (fasthttp answers 431 otherwise).
+const serverReadBuffer = 4 << 10
+
+// serveFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
+// no new connections, in-flight requests get serve.ShutdownGrace to finish. It
+// returns nil after a clean drain.
+func serveFast(ctx context.Context, ln net.Listener, h http.Handler, health *serve.Health, logger *slog.Logger) error {
+	srv := newFastServer(h, logger)
+	health.SetLogger(logger)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	health.Drain()
+	logger.Info("shutting down", "grace", serve.ShutdownGrace.String())
+	// A fresh context: the one that told us to stop is already cancelled.
+	sctx, cancel := context.WithTimeout(context.Background(), serve.ShutdownGrace)
+	defer cancel()
+	if err := srv.ShutdownWithContext(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func newFastServer(h http.Handler, logger *slog.Logger) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:     fastHandler(h, logger),
+		ReadTimeout: serve.ReadHeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: serve.ReadTimeout - serve.ReadHeaderTimeout}
+		},
+		IdleTimeout:                   serve.IdleTimeout,
+		StreamRequestBody:             true,
+		MaxRequestBodySize:            lockapi.MaxBodyBytes + 1, // read ahead at most; the handler reads the rest
+		ReadBufferSize:                serverReadBuffer,
+		DisablePreParseMultipartForm:  true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		DisableHeaderNamesNormalizing: true, // toHTTPRequest canonicalises, as net/http does
+		CloseOnShutdown:               true,
+		ErrorHandler:                  fastError,
+		Logger:                        fastLogger{logger},
+	}
+}
+
+// fastLogger sends fasthttp's own messages to the service's log.
+type fastLogger struct{ l *slog.Logger }
+
+func (f fastLogger) Printf(format string, args ...any) {
+	f.l.Warn("http server: " + fmt.Sprintf(format, args...))
+}
+
+// fastError answers a request fasthttp could not read (malformed, headers too
+// large, a read timeout) as problem+json, like every other refusal.
+func fastError(fc *fasthttp.RequestCtx, err error) {
+	status, detail := http.StatusBadRequest, "the request could not be read"
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		status, detail = http.StatusRequestHeaderFieldsTooLarge, "the request headers are too large"
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, detail = http.StatusRequestEntityTooLarge, "body: must be at most 65536 bytes"
+	}
+	w := &fastWriter{fc: fc}
+	lockapi.WriteProblem(w, lockapi.NewProblem(status, lockapi.CodeInvalidRequest, detail, nil))
+	fc.SetConnectionClose()
+}
+
+// fastHandler runs h for each request on the connection's goroutine.
+func fastHandler(h http.Handler, logger *slog.Logger) fasthttp.RequestHandler {
+	return func(fc *fasthttp.RequestCtx) {
+		w := &fastWriter{fc: fc}
+		defer func() {
+			// serve.Handler answers a handler's panic 500; what reaches here
+			// (http.ErrAbortHandler, or a panic in serve.Handler itself) ends
+			// the connection, as net/http would.
+			if v := recover(); v != nil {
+				if v != http.ErrAbortHandler {
+					logger.Error("handler panic", "method", string(fc.Method()), "panic", fmt.Sprint(v))
+				}
+				fc.Response.Reset()
+				fc.SetStatusCode(http.StatusInternalServerError)
+				fc.SetConnectionClose()
+			}
+		}()
+		r, err := toHTTPRequest(fc)
+		if err != nil {
+			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusBadRequest, lockapi.CodeInvalidRequest,
+				"the request target is not a valid URI", nil))
+			return
+		}
+		h.ServeHTTP(w, r)
+		w.finish()
+	}
+}
+
+// toHTTPRequest is the *http.Request of fc as net/http's server would build it:
+// every header line, in order, under its canonical name (a repeated header keeps
+// all its values — C3 refuses a second Content-Type or fencing header), Host
+// apart, and the body streamed from the connection.
+func toHTTPRequest(fc *fasthttp.RequestCtx) (*http.Request, error) {
+	uri := string(fc.RequestURI())
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	r := &http.Request{
+		Method:     methodString(fc.Method()),
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     make(http.Header, 8),
+		Host:       string(fc.Host()),
+		RequestURI: uri,
+		RemoteAddr: fc.RemoteAddr().String(),
+	}
+	if !fc.Request.Header.IsHTTP11() {
+		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
+	}
+	parseRawHeaders(fc.Request.Header.RawHeaders(), r.Header)
+	delete(r.Header, "Host")
+	switch n := fc.Request.Header.ContentLength(); {
+	case n >= 0:
+		r.ContentLength = int64(n)
+	case n == -1: // chunked
+		r.ContentLength = -1
+		r.TransferEncoding = []string{"chunked"}
+	}
+	if r.ContentLength == 0 {
+		r.Body = http.NoBody
+	} else if s := fc.RequestBodyStream(); s != nil {
+		r.Body = io.NopCloser(s)
+	} else {
+		r.Body = io.NopCloser(bytes.NewReader(fc.Request.Body()))
+	}
+	return r, nil
+}
+
+// methodString avoids an allocation for the methods the API has.
+func methodString(m []byte) string {
+	switch string(m) {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodDelete:
+		return http.MethodDelete
+	}
+	return string(m)
+}
+
+// parseRawHeaders adds every "Name: value" line of raw (the header block as
+// received, request line excluded) to h, the name canonicalised and the value
+// trimmed of surrounding blanks, as net/textproto does.
+func parseRawHeaders(raw []byte, h http.Header) {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		line = bytes.TrimRight(line, "\r")
+		k, v, ok := bytes.Cut(line, []byte{':'})
+		if !ok || len(k) == 0 {
+			continue
+		}
+		key := http.CanonicalHeaderKey(string(k))
+		h[key] = append(h[key], string(bytes.Trim(v, " \t")))
+	}
+}
+
+// fastWriter is the http.ResponseWriter of one request: the status and headers
+// go to fasthttp's response when the handler writes, the body is buffered, and
+// fasthttp writes the whole answer at once when the handler returns.
+type fastWriter struct {
+	fc     *fasthttp.RequestCtx
+	header http.Header
+	wrote  bool
+}
+
+func (w *fastWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = make(http.Header, 4)
+	}
+	return w.header
+}
+
+func (w *fastWriter) WriteHeader(status int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.fc.SetStatusCode(status)
+	for k, vs := range w.header {
+		switch k {
+		case "Content-Length", "Transfer-Encoding", "Connection":
+			// fasthttp frames the answer itself.
+			continue
+		case "Content-Type":
+			if len(vs) > 0 {
+				w.fc.Response.Header.SetContentType(vs[0])
+			}
+			continue
+		}
+		for _, v := range vs {
+			w.fc.Response.Header.Add(k, v)
+		}
+	}
+}
+
+func (w *fastWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.fc.Response.AppendBody(b)
+	return len(b), nil
+}
+
+// finish answers 200 with no body when the handler wrote nothing, as net/http does.
+func (w *fastWriter) finish() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+}
