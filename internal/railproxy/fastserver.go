@@ -98,8 +98,18 @@ func (f fastLogger) Printf(format string, args ...any) {
 }
 
 // fastError answers a request fasthttp could not read (malformed, headers too
-// large, a read timeout) as problem+json, like every other refusal.
+// large) as problem+json, like every other refusal. A read that timed out gets no
+// answer, as under net/http: fasthttp would answer it 400 even on a new connection
+// on which nothing arrived within ReadTimeout (a client's spare pooled
+// connection), and a client sending its request at that moment would take the 400
+// for the answer to a request the server never read. fasthttp writes whatever this
+// leaves in the response, so the connection is closed under it.
 func fastError(fc *fasthttp.RequestCtx, err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		_ = fc.Conn().Close()
+		return
+	}
 	status, detail := http.StatusBadRequest, "the request could not be read"
 	var small *fasthttp.ErrSmallBuffer
 	switch {

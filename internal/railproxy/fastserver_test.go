@@ -1,0 +1,98 @@
+package railproxy
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A connection on which no whole request arrives within the read timeout is
+// closed without an answer, as net/http closes it: an unsolicited 400 on a
+// client's spare pooled connection would be read as the answer to the next
+// request the client sends on it, a request the server never read. A request
+// that cannot be parsed still gets its problem document.
+func TestReadTimeoutClosesWithoutAnswer(t *testing.T) {
+	t.Parallel()
+	srv := newFastServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	srv.ReadTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+
+	exchange := func(t *testing.T, send string) (string, time.Duration) {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		if send != "" {
+			if _, err := io.WriteString(c, send); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("reading: %v (got %q)", err, got)
+		}
+		return string(got), time.Since(start)
+	}
+
+	for _, c := range []struct{ name, send string }{
+		{"nothing sent on a new connection", ""},
+		{"headers never finished", "POST /v1/rail/submissions HTTP/1.1\r\nHost: x\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, took := exchange(t, c.send)
+			if got != "" {
+				t.Fatalf("the server answered a request it never read: %q", got)
+			}
+			if took < 250*time.Millisecond {
+				t.Fatalf("closed after %s, before the read timeout", took)
+			}
+		})
+	}
+
+	t.Run("kept-alive connection idle past the read timeout", func(t *testing.T) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("first request: %v %v", resp, err)
+		}
+		_ = resp.Body.Close()
+		// Nothing more is sent: the idle connection stays open (IdleTimeout, 60 s),
+		// and nothing unsolicited arrives on it.
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if b, err := br.ReadByte(); err == nil {
+			t.Fatalf("unsolicited byte %q on an idle connection", b)
+		}
+	})
+
+	t.Run("malformed request still answered", func(t *testing.T) {
+		got, _ := exchange(t, "NOT-HTTP\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !strings.Contains(got, "application/problem+json") ||
+			!strings.Contains(got, `"code":"INVALID_REQUEST"`) {
+			t.Fatalf("answer: %q", got)
+		}
+	})
+}
