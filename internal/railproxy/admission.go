@@ -54,6 +54,13 @@ type admitter struct {
 // attempts, not an open-ended one.
 const lateMargin = time.Second
 
+// unsentAnswerBound bounds the UNSENT write a 503 intent_commit waits for. A
+// COMMIT whose answer was lost usually means paydb is out of reach, so that
+// write would only hold the caller for its whole 2 s bound; the caller's answer
+// (nothing presented) does not depend on it. Not made in time, it goes on in the
+// background, and the answer names no row.
+const unsentAnswerBound = 250 * time.Millisecond
+
 // wait waits at most d for every submission in flight and every resolving write
 // in the background to finish; it reports whether they all did.
 func (a *admitter) wait(d time.Duration) bool {
@@ -359,8 +366,9 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 // rail is ever opened before the commit succeeds. If COMMIT was sent and its
 // answer lost, the intent may exist after all; this process knows it opened no
 // socket, so it resolves that row UNSENT rather than leave a row nobody can
-// explain to the janitor — once now, and when paydb does not take it, in the
-// background like any other known outcome (the caller does not wait for it).
+// explain to the janitor — once now, within unsentAnswerBound, and when paydb
+// does not take it, in the background like any other known outcome (the caller
+// does not wait for it).
 func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err error, start time.Time) reply {
 	members := map[string]any{"stage": "intent_commit"}
 	r := reply{status: http.StatusServiceUnavailable, metric: metricUnavailable}
@@ -368,7 +376,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 	if errors.As(err, &ce) && ce.Unsure && ce.SubmissionID != 0 {
 		if ce.Intent {
 			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent}
-			row, wrote, rerr := a.resolveOnce(ctx, res, ResolveBound)
+			row, wrote, rerr := a.resolveOnce(ctx, res, unsentAnswerBound)
 			switch {
 			case wrote:
 				members["submissionId"] = ce.SubmissionID

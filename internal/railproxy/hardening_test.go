@@ -241,6 +241,58 @@ func TestKnownOutcomeOutlivesPaydbOutage(t *testing.T) {
 	}
 }
 
+// Issue 8, item 2: a COMMIT whose answer is lost while paydb hangs is answered
+// 503 intent_commit at once — the UNSENT write of the row that may exist does
+// not hold the caller for its 2 s bound — and that write is made in the
+// background once paydb answers again.
+func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	fwd, viaURL := newPGForwarder(t, dbURL)
+	rail := startStub(t, 0)
+	cfg := testConfig(viaURL, rail.URL)
+	cfg.InterruptedAfter = cfg.InFlightBound() + InterruptMargin
+	p := startProxy(t, cfg)
+
+	fwd.arm("after-stall") // the COMMIT lands, its answer is lost, paydb hangs
+	start := time.Now()
+	a := trySubmit(p.URL, 1, newPayout("p-hang", "acct-hang"))
+	took := time.Since(start)
+	if a.Status != http.StatusServiceUnavailable || a.str("stage") != "intent_commit" {
+		t.Fatalf("answer: %+v", a)
+	}
+	// The admission itself ends when its COMMIT's answer is lost; what is measured
+	// is whether the answer then waited for a write to a hanging paydb (2 s).
+	if took >= ResolveBound {
+		t.Errorf("the 503 took %s: the caller waited for the UNSENT write (bound %s)", took, ResolveBound)
+	}
+	if _, ok := a.Body["submissionId"]; ok {
+		t.Errorf("the answer names a row nobody could read: %+v", a.Body)
+	}
+	eventually(t, 5*time.Second, "the lost COMMIT to land", func() bool { return len(rowsOf(t, db, "p-hang")) == 1 })
+	time.Sleep(500 * time.Millisecond)
+	fwd.setStall(false)
+	eventually(t, cfg.InterruptedAfter, "the row to be resolved", func() bool {
+		rs := rowsOf(t, db, "p-hang")
+		return len(rs) == 1 && rs[0].Outcome != nil
+	})
+	if rs := rowsOf(t, db, "p-hang"); outcomeOf(rs[0]) != lockapi.OutcomeUnsent {
+		t.Fatalf("row resolved %s, want UNSENT: %+v", outcomeOf(rs[0]), rs[0])
+	}
+	for series, want := range map[string]float64{
+		"rail_resolution_late_total":                   1,
+		`rail_submission_total{outcome="unavailable"}`: 1,
+	} {
+		if v := metric(t, p, series); v != want {
+			t.Errorf("%s = %v, want %v", series, v, want)
+		}
+	}
+	if c := rail.calls(t); len(c) != 0 {
+		t.Fatalf("rail calls: %+v", c)
+	}
+}
+
 // Issue 8, items 2 and 11: when paydb stays out of reach past the row's
 // interrupt_at, the proxy stops trying shortly before it and the janitor
 // resolves the row TIMEOUT once paydb is back. The submission — answered

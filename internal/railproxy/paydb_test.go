@@ -24,8 +24,12 @@ type pgForwarder struct {
 
 	mu    sync.Mutex
 	down  bool
-	fault string // "", "before" (drop the COMMIT), "after" (deliver it, drop the answer), "after-down" (and go down)
+	fault string // "", "before" (drop the COMMIT), "after" (deliver it, drop the answer), "after-down" (and go down), "after-stall" (and stall)
 	conns []net.Conn
+	// stall: paydb hangs — connections stay open and nothing is answered on any
+	// of them (a black-holed host, a stuck server), until setStall(false).
+	stall   bool
+	stalled []net.Conn
 }
 
 // commitMsg is a simple-protocol Query message carrying "COMMIT": how the
@@ -58,10 +62,16 @@ func (f *pgForwarder) accept() {
 			return
 		}
 		f.mu.Lock()
-		down := f.down
+		down, stall := f.down, f.stall
+		if stall {
+			f.stalled = append(f.stalled, c)
+		}
 		f.mu.Unlock()
 		if down {
 			_ = c.Close()
+			continue
+		}
+		if stall {
 			continue
 		}
 		s, err := net.Dial("tcp", f.target)
@@ -97,7 +107,26 @@ func (f *pgForwarder) upstream(c, s net.Conn) {
 			case "before":
 				_ = c.Close()
 				return
-			case "after", "after-down":
+			case "after", "after-down", "after-stall":
+				if fault == "after-stall" {
+					// paydb hangs from this moment: every other connection keeps
+					// its client side open with nothing behind it.
+					f.mu.Lock()
+					f.stall = true
+					var servers []net.Conn
+					for i, o := range f.conns {
+						if i%2 == 1 && o != s { // conns holds client, server pairs
+							servers = append(servers, o)
+						} else if i%2 == 0 && o != c {
+							f.stalled = append(f.stalled, o)
+						}
+					}
+					f.conns = nil
+					f.mu.Unlock()
+					for _, o := range servers {
+						_ = o.Close()
+					}
+				}
 				if fault == "after-down" {
 					// paydb out of reach from this moment: every other
 					// connection cut, new ones refused (until setDown(false)).
@@ -138,7 +167,10 @@ func (f *pgForwarder) cut() {
 	for _, c := range f.conns {
 		_ = c.Close()
 	}
-	f.conns = nil
+	for _, c := range f.stalled {
+		_ = c.Close()
+	}
+	f.conns, f.stalled = nil, nil
 }
 
 func (f *pgForwarder) setDown(down bool) {
@@ -147,6 +179,23 @@ func (f *pgForwarder) setDown(down bool) {
 	f.mu.Unlock()
 	if down {
 		f.cut()
+	}
+}
+
+// setStall(false) ends a stall: the connections it held are closed (their
+// clients see paydb gone and connect again), and new ones are relayed.
+func (f *pgForwarder) setStall(stall bool) {
+	f.mu.Lock()
+	f.stall = stall
+	held := f.stalled
+	if !stall {
+		f.stalled = nil
+	}
+	f.mu.Unlock()
+	if !stall {
+		for _, c := range held {
+			_ = c.Close()
+		}
 	}
 }
 
