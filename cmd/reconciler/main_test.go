@@ -59,6 +59,9 @@ const token = "PAYMENT_SETTLE_TOKEN=binary-test-token-0123456789"
 // paydb exits 1 naming `reconciler migrate`; migrate exits 0; serve then runs and
 // a SIGTERM ends it with exit 0, every log line carrying service=reconciler and
 // none the token.
+// badURLSecret is the password of an unparsable PAYDB_URL; it must never be shown.
+const badURLSecret = "s3cr3t-in-the-url"
+
 func TestBinary(t *testing.T) {
 	var out bytes.Buffer
 	cmd := command(nil, "--help")
@@ -67,7 +70,7 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{"RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL",
-		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL"} {
+		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL", "UNSAFE_NON_DURABLE_DB"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("--help lacks %s:\n%s", s, out.String())
 		}
@@ -79,13 +82,20 @@ func TestBinary(t *testing.T) {
 		{nil, nil}, // serve without a settle token
 		{[]string{token}, []string{"--reconciler-settle-after=later"}},
 		{[]string{token}, []string{"frobnicate"}},
+		// An unparsable PAYDB_URL is a bad setting, for serve and migrate alike
+		// (issue 8, item 7), and its password is never shown.
+		{[]string{token, "PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, nil},
+		{[]string{"PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, []string{"migrate"}},
 	} {
-		var stderr bytes.Buffer
+		var stdout, stderr bytes.Buffer
 		cmd := command(c.env, c.args...)
-		cmd.Stderr = &stderr
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
 			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
+		}
+		if strings.Contains(stdout.String()+stderr.String(), badURLSecret) {
+			t.Errorf("%v %v: the password was shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
 		}
 	}
 

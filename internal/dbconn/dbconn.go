@@ -24,6 +24,20 @@ import (
 // ErrSchemaBehind says the database has migrations still to apply.
 var ErrSchemaBehind = errors.New("database schema is behind")
 
+// ErrURLUnparsable is what a database URL that cannot be parsed gives. pgx's own
+// parse error may quote the URL, password included: it is never passed on.
+var ErrURLUnparsable = errors.New("database URL cannot be parsed")
+
+// CheckURL reports whether url (the libpq PG* environment when empty) parses as a
+// connection string, without quoting it: configuration validation calls it so
+// that a bad URL is a configuration error (exit 2, C5), not a start-up failure.
+func CheckURL(url string) error {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		return ErrURLUnparsable
+	}
+	return nil
+}
+
 // Open builds a pool for url (libpq PG* environment when empty) with maxConns
 // connections. It does not wait for the server: readiness reports that.
 //
@@ -35,8 +49,7 @@ var ErrSchemaBehind = errors.New("database schema is behind")
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		// The parse error may quote the URL, password included: never pass it on.
-		return nil, errors.New("database URL cannot be parsed")
+		return nil, ErrURLUnparsable
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
@@ -78,6 +79,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := serve.NewLogger(io.Discard, ServiceName, c.LogLevel); err != nil {
 		return err
+	}
+	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
+		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
 	}
 	if c.PaydbMaxConns < 2 || c.PaydbMaxConns > MaxPaydbConns {
 		// A pass holds one connection for its advisory lock; readiness needs another.
