@@ -223,6 +223,7 @@ func dropFront[T any](q []*T, n int) []*T {
 // RAIL_PROXY_MAX_GROUP=1 (C1's pinned statement), else in whatever group forms.
 func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 	if !a.grouped() {
+		a.metrics.resolveGroupSize.Observe(1)
 		return a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
 	}
 	g := a.groups
@@ -280,6 +281,7 @@ func (a *admitter) resolveWorker() {
 				dl = w.deadline
 			}
 		}
+		a.metrics.resolveGroupSize.Observe(float64(len(group)))
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
 		wrote, err := a.store.ResolveGroup(ctx, res)
 		cancel()

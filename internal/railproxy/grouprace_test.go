@@ -34,10 +34,12 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		proxies = append(proxies, startProxy(t, cfg))
 	}
 
-	// rail_admission_group_size exists from start-up, at zero (C4 #ct4-zero).
+	// The group-size histograms exist from start-up, at zero (C4 #ct4-zero).
 	for i, p := range proxies {
-		if c := metric(t, p, "rail_admission_group_size_count"); c != 0 {
-			t.Fatalf("replica %d: rail_admission_group_size_count %v at start-up, want 0", i, c)
+		for _, h := range []string{"rail_admission_group_size_count", "rail_resolution_group_size_count"} {
+			if c := metric(t, p, h); c != 0 {
+				t.Fatalf("replica %d: %s %v at start-up, want 0", i, h, c)
+			}
 		}
 	}
 
@@ -83,6 +85,11 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		t.Logf("replica %d: %v submissions in %v groups", i, sum, count)
 		if count <= 0 || sum <= count {
 			t.Errorf("replica %d: %v submissions in %v groups: the race never formed a group of more than one", i, sum, count)
+		}
+		rsum, rcount := metric(t, p, "rail_resolution_group_size_sum"), metric(t, p, "rail_resolution_group_size_count")
+		t.Logf("replica %d: %v resolving writes in %v statements", i, rsum, rcount)
+		if rcount <= 0 || rsum < sum-metric(t, p, `rail_submission_total{outcome="fenced"}`) {
+			t.Errorf("replica %d: %v resolving writes in %v statements for %v admissions", i, rsum, rcount, sum)
 		}
 	}
 

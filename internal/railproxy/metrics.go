@@ -32,6 +32,7 @@ type metrics struct {
 	reusedConnFailures prometheus.Counter
 	statementReads     *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
 	groupSize          prometheus.Histogram   // rail_admission_group_size (issue 10), group.go
+	resolveGroupSize   prometheus.Histogram   // rail_resolution_group_size, group.go
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -83,7 +84,12 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 		Help:    "Submissions admitted per admission transaction (RAIL_PROXY_MAX_GROUP bounds it; 1 at low load).",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	})
-	reg.MustRegister(m.groupSize)
+	m.resolveGroupSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rail_resolution_group_size",
+		Help:    "Resolving writes made per statement (RAIL_PROXY_MAX_GROUP bounds it; 1 at low load).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	})
+	reg.MustRegister(m.groupSize, m.resolveGroupSize)
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {
