@@ -30,8 +30,9 @@ var ErrCommitNotDurable = errors.New("commit not durable: the wait for the synch
 //     closes without an answer to the COMMIT.
 //
 // Both carry the detail "The transaction has already committed locally, but might
-// not have been replicated to the standby." (TestSyncRepWarningTexts provokes
-// both on a real primary and standby.)
+// not have been replicated to the standby." (TestBeginCommitReportsCancelledSyncWait
+// and TestBeginCommitReportsTerminatedSyncWait provoke them on a real primary and
+// standby.)
 const (
 	syncRepCancelMessage    = "canceling wait for synchronous replication due to user request"
 	syncRepTerminateMessage = "canceling the wait for synchronous replication and terminating connection due to administrator command"

@@ -505,7 +505,7 @@ const setStatementTimeoutSQL = `SELECT set_config('statement_timeout', $1, true)
 // a wait that was cancelled (dbconn.ErrCommitNotDurable, classified unavailable:
 // 503). The statement_timeout set here never silently cancels that wait:
 // PostgreSQL disarms statement_timeout before it commits (finish_xact_command,
-// PostgreSQL 13 and later; TestStatementTimeoutNeverCancelsTheSyncWait holds a
+// PostgreSQL 13 and later; dbconn's TestStatementTimeoutDoesNotCancelTheSyncWait holds a
 // COMMIT past it). Were a cancel ever to reach the wait, its warning would be
 // caught and answered 503 all the same. The client's own deadline during the wait
 // closes the connection: 503, the outcome unknown, as for any lost COMMIT answer.
