@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"lock.dev/internal/payment"
 	"lock.dev/lockapi"
@@ -190,7 +192,7 @@ func TestSettleBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
 	e := start(t, withSettleToken)
 	e.ambiguous(t, "p-1", 10, 1)
-	before := e.snapshot(t)
+	before := e.settleSnapshot(t)
 	good := `{"outcome":"PAID","railReference":"RS-1","statementSeq":1}`
 	jsonOnly := map[string][]string{"Content-Type": {"application/json"}}
 	with := func(auth ...string) map[string][]string {
@@ -251,7 +253,7 @@ func TestSettleBadInputWritesNothing(t *testing.T) {
 			}
 		}
 	}
-	if e.snapshot(t) != before {
+	if e.settleSnapshot(t) != before {
 		t.Fatal("a refused settle changed the tables")
 	}
 	for _, o := range []string{"paid", "declined", "not_presented"} {
@@ -286,31 +288,44 @@ func TestSettleDisabledWithoutToken(t *testing.T) {
 }
 
 // Many identical settles at once: each answers 200, the payout moves once, one
-// ledger entry, counted once.
+// ledger entry, counted once. The requests run on their own goroutines, which
+// only send what they got; every check is made here, on the test's goroutine.
 func TestConcurrentSettlesBookOnce(t *testing.T) {
 	t.Parallel()
 	e := start(t, withSettleToken)
 	e.ambiguous(t, "p-1", 10, 5)
 	const n = 8
+	type result struct {
+		status int
+		body   []byte
+		err    error
+	}
 	var wg sync.WaitGroup
-	statuses := make(chan int, n)
+	results := make(chan result, n)
 	for range n {
 		wg.Go(func() {
-			status, _ := e.raw(t, http.MethodPost, "/v1/payouts/p-1/settle",
-				map[string][]string{"Content-Type": {"application/json"}, "Authorization": {bearer}},
-				`{"outcome":"PAID","railReference":"RS-9","statementSeq":4}`)
-			statuses <- status
+			status, body, err := e.trySettle("p-1", bearer, `{"outcome":"PAID","railReference":"RS-9","statementSeq":4}`)
+			results <- result{status, body, err}
 		})
 	}
 	wg.Wait()
-	close(statuses)
-	for s := range statuses {
-		if s != http.StatusOK {
-			t.Errorf("a concurrent identical settle answered %d, want 200", s)
+	close(results)
+	for r := range results {
+		switch {
+		case r.err != nil:
+			t.Errorf("a concurrent identical settle failed: %v", r.err)
+		case r.status != http.StatusOK:
+			t.Errorf("a concurrent identical settle answered %d %s, want 200", r.status, r.body)
 		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	if c := e.queryInt(t, `SELECT count(*) FROM ledger_entry WHERE payout_id = 'p-1'`); c != 1 {
 		t.Fatalf("%d ledger entries, want 1", c)
+	}
+	if c := e.queryInt(t, `SELECT count(*) FROM payout_settlement WHERE payout_id = 'p-1'`); c != 1 {
+		t.Fatalf("%d settlement rows, want 1", c)
 	}
 	if v := e.metric(t, `payout_settle_total{outcome="paid"}`); v != 1 {
 		t.Fatalf("payout_settle_total{paid} = %v, want 1", v)
@@ -318,6 +333,43 @@ func TestConcurrentSettlesBookOnce(t *testing.T) {
 	if v := e.metric(t, `payout_transition_total{to="paid"}`); v != 1 {
 		t.Fatalf("payout_transition_total{paid} = %v, want 1", v)
 	}
+}
+
+// trySettle posts one settle body and returns the status and body, or the error
+// that kept it from an answer. It never fails a test, so any goroutine may call it.
+func (e *env) trySettle(id, auth, body string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/v1/payouts/"+id+"/settle", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("settle %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, b, fmt.Errorf("settle %s: reading the answer: %w", id, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// settleSnapshot is snapshot with payout_settlement: every table a settle writes.
+func (e *env) settleSnapshot(t testing.TB) string {
+	t.Helper()
+	var s string
+	err := e.db.QueryRow(context.Background(), `SELECT
+	  coalesce((SELECT string_agg(row_to_json(s)::text, E'\n' ORDER BY payout_id) FROM payout_settlement s), '')`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.snapshot(t) + "\n--\n" + s
 }
 
 func eq(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
