@@ -149,3 +149,45 @@ func notDurable(pc *pgconn.PgConn, err error) error {
 	}
 	return fmt.Errorf("%w (server: %q)", ErrCommitNotDurable, msg)
 }
+
+// DurableBatch runs, as one transaction pipelined in one round trip, BEGIN,
+// RaiseSyncCommitSQL, the statements queue adds, and COMMIT: what an
+// autocommit statement would do, except that a database or role default of
+// synchronous_commit below on cannot weaken its commit, and a cancelled wait
+// for the synchronous standby is reported (ErrCommitNotDurable, as ExecCommit
+// does) instead of passing for success. read is given the statements' results,
+// in order, and must read every one of them. A statement that fails rolls the
+// transaction back; its error is returned.
+func DurableBatch(ctx context.Context, pool *pgxpool.Pool, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(RaiseSyncCommitSQL)
+	queue(b)
+	b.Queue("COMMIT")
+	pc := c.Conn().PgConn()
+	delete(pc.CustomData(), notDurableKey)
+	br := c.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = read(br)
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() != "COMMIT" {
+		err = errors.New("transaction was rolled back")
+	}
+	return notDurable(pc, err)
+}

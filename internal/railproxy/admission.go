@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/lockapi"
 )
 
@@ -274,6 +275,17 @@ func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.D
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	ok, err := a.resolve(ctx, res)
+	if ok && errors.Is(err, dbconn.ErrCommitNotDurable) {
+		// Written, on the primary only: writing it again changes nothing (the row
+		// is resolved), so the outcome is taken as written and the log says what
+		// a failover now could do — forget it, and the janitor on the new primary
+		// would resolve the row TIMEOUT (the payout is then settled from the
+		// rail's statement; nothing is presented again).
+		a.logger.Warn("resolving write committed on the primary only: the wait for the synchronous standby was cancelled",
+			"event", "resolution_not_durable", "submissionId", res.id, "outcome", res.outcome,
+			"railReference", strOrNil(res.railRef), "error", err.Error())
+		err = nil
+	}
 	if err != nil {
 		return Attempt{}, false, err
 	}

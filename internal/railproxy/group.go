@@ -294,7 +294,7 @@ func (a *admitter) resolveWorker() {
 				cancel()
 				wrote[i] = ok
 				if rerr != nil {
-					w.done <- resolveResult{err: rerr}
+					w.done <- resolveResult{wrote: ok, err: rerr}
 					group[i] = nil
 				}
 			}
@@ -303,11 +303,11 @@ func (a *admitter) resolveWorker() {
 			if w == nil {
 				continue
 			}
-			if err != nil {
-				w.done <- resolveResult{err: err}
-				continue
+			r := resolveResult{err: err}
+			if i < len(wrote) {
+				r.wrote = wrote[i]
 			}
-			w.done <- resolveResult{wrote: wrote[i]}
+			w.done <- r
 		}
 	}
 }

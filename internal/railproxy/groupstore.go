@@ -242,7 +242,9 @@ RETURNING s.submission_id`
 
 // ResolveGroup makes the resolving writes of res in one statement and reports,
 // for each, whether it changed the row (false: already resolved, or no such row
-// — Attempt then tells which, as after Resolve). An error means none was made.
+// — Attempt then tells which, as after Resolve). An error means none was made,
+// except one wrapping dbconn.ErrCommitNotDurable: then the rows reported true are
+// resolved on the primary, not known to be on the standby (as for Resolve).
 func (s *Store) ResolveGroup(ctx context.Context, res []resolution) ([]bool, error) {
 	if len(res) == 1 {
 		ok, err := s.Resolve(ctx, res[0].id, res[0].outcome, res[0].railRef, res[0].reason)
@@ -264,25 +266,33 @@ func (s *Store) ResolveGroup(ctx context.Context, res []resolution) ([]bool, err
 		ids, outcomes = append(ids, r.id), append(outcomes, r.outcome)
 		refs, reasons = append(refs, r.railRef), append(reasons, r.reason)
 	}
-	rows, err := s.pool.Query(ctx, resolveGroupSQL, ids, outcomes, refs, reasons)
-	if err != nil {
-		return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
-	}
 	wrote := make(map[int64]bool, len(res))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
+	err := dbconn.DurableBatch(ctx, s.pool, func(b *pgx.Batch) {
+		b.Queue(resolveGroupSQL, ids, outcomes, refs, reasons)
+	}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
 		}
-		wrote[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("resolving %d submissions: %w", len(res), err)
-	}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			wrote[id] = true
+		}
+		return rows.Err()
+	})
 	out := make([]bool, len(res))
 	for i, r := range res {
 		out[i] = wrote[r.id] && first[r.id] == i
+	}
+	if err != nil {
+		if !errors.Is(err, dbconn.ErrCommitNotDurable) {
+			clear(out)
+		}
+		return out, fmt.Errorf("resolving %d submissions: %w", len(res), err)
 	}
 	return out, nil
 }

@@ -353,12 +353,26 @@ SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
 
 // Resolve sets the outcome of an unresolved row. It reports false when the row
 // was already resolved (or does not exist); then Attempt tells what it says.
+//
+// The write is a transaction of its own with synchronous_commit raised
+// (dbconn.DurableBatch, one round trip): the outcome it records is relied upon
+// (the executor books a PAID payout from the answer; the trail must say the
+// same after a failover). A commit whose wait for the synchronous standby was
+// cancelled returns true with an error wrapping dbconn.ErrCommitNotDurable: the
+// row is resolved on the primary, not known to be on the standby.
 func (s *Store) Resolve(ctx context.Context, id int64, outcome string, railRef, declineReason *string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, resolveSQL, id, outcome, railRef, declineReason)
+	var n int64
+	err := dbconn.DurableBatch(ctx, s.pool, func(b *pgx.Batch) {
+		b.Queue(resolveSQL, id, outcome, railRef, declineReason)
+	}, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
-		return false, fmt.Errorf("resolving submission %d: %w", id, err)
+		return n == 1 && errors.Is(err, dbconn.ErrCommitNotDurable), fmt.Errorf("resolving submission %d: %w", id, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // Attempt reads one row by id; ErrNoRow when it does not exist.

@@ -1,0 +1,80 @@
+package railproxy
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+// Issue 9, build 2, for the resolving write: it runs with synchronous_commit
+// raised whatever paydb's default (here lowered to off), so its commit waits for
+// the synchronous standby; when that wait is cancelled, the outcome — committed on
+// the primary only — is logged as such (resolution_not_durable), the caller gets
+// the rail's answer, and nothing is written twice or mistaken for another
+// writer's resolution.
+func TestResolutionWaitsForTheStandbyAndSaysWhenItWasCancelled(t *testing.T) {
+	pair := pgtest.Pair(t, pgcluster.PairOptions{Sync: true})
+	pool := pgtest.Pool(t, pair.URL("paydb"))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "ALTER DATABASE paydb SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, maxGroup := range []int{1, 64} {
+		hold := newHoldingRail(t)
+		cfg := testConfig(pair.URL("paydb"), hold.URL)
+		cfg.MaxGroup = maxGroup
+		px := startProxy(t, cfg)
+		p := newPayout("p-resolve-"+map[int]string{1: "one", 64: "group"}[maxGroup], "acct-resolve")
+		done := make(chan answer, 1)
+		go func() { done <- trySubmit(px.URL, int64(maxGroup), p) }()
+		hold.waitCalls(t, 1) // admitted and committed: the rail holds the call
+		if err := pair.HoldStandby(); err != nil {
+			t.Fatal(err)
+		}
+		hold.release()
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		pid, err := pair.WaitSyncRep(wctx) // the resolving write's commit waits for the standby
+		cancel()
+		if err == nil {
+			err = pair.CancelBackend(ctx, pid, false)
+		}
+		if err != nil {
+			pair.ReleaseStandby()
+			t.Fatalf("max group %d: %v", maxGroup, err)
+		}
+		var a answer
+		select {
+		case a = <-done:
+		case <-time.After(30 * time.Second):
+			pair.ReleaseStandby()
+			t.Fatal("no answer within 30 s")
+		}
+		pair.ReleaseStandby()
+		if a.Err != nil || a.Status != http.StatusOK || a.str("railReference") != "RS-"+p.PayoutID {
+			t.Fatalf("max group %d: answer %d %v %v; want 200 ACKED", maxGroup, a.Status, a.Body, a.Err)
+		}
+		rs, err := tryRowsOf(pool, p.PayoutID)
+		if err != nil || len(rs) != 1 || outcomeOf(rs[0]) != lockapi.OutcomeAcked {
+			t.Fatalf("max group %d: rows %+v %v; want one ACKED", maxGroup, rs, err)
+		}
+		if n := len(px.Logs.events("resolution_not_durable")); n != 1 {
+			t.Errorf("max group %d: %d resolution_not_durable events, want 1", maxGroup, n)
+		}
+		for series, want := range map[string]float64{
+			`rail_submission_total{outcome="acked"}`: 1,
+			"rail_resolution_late_total":             0,
+		} {
+			if v := metric(t, px, series); v != want {
+				t.Errorf("max group %d: %s = %v, want %v", maxGroup, series, v, want)
+			}
+		}
+		if err := px.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
