@@ -1,0 +1,80 @@
+package payment_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"lock.dev/lockapi"
+)
+
+// A settle whose COMMIT came back with the cancelled-synchronous-replication
+// warning (pg_cancel_backend) — or whose wait was ended by pg_terminate_backend —
+// answers 503 UNAVAILABLE, as create, claim and post do
+// (TestCommitNotDurableIsUnavailable): PostgreSQL called it a success, or closed
+// the connection, but the standby may not have it, so it did not happen. Nothing
+// is counted or logged as settled. The reconciler's retry once the standby is
+// back answers 200 with the payout as the first settle left it, and one ledger
+// entry exists.
+func TestSettleCommitNotDurableIsUnavailable(t *testing.T) {
+	p, e := onPair(t, withSettleToken)
+	e.ambiguous(t, "p-paid", 1500, 7)
+	e.ambiguous(t, "p-absent", 30, 8)
+	for _, c := range []struct {
+		id, body, status string
+		terminate        bool
+	}{
+		{"p-paid", `{"outcome":"PAID","railReference":"RS-ABC","statementSeq":11}`, lockapi.StatusPaid, false},
+		{"p-absent", `{"outcome":"NOT_PRESENTED"}`, lockapi.StatusNotPresented, true},
+	} {
+		var (
+			status int
+			body   []byte
+		)
+		if err := heldCall(t, p, c.terminate, func() error {
+			var err error
+			status, body, err = e.trySettle(c.id, bearer, c.body)
+			return err
+		}); err != nil {
+			t.Fatalf("settle %s (terminate %v): %v", c.id, c.terminate, err)
+		}
+		if pr := settleProblem(t, status, body); pr == nil || pr.Status != http.StatusServiceUnavailable || pr.Code != lockapi.CodeUnavailable {
+			t.Fatalf("settle %s with a cancelled wait (terminate %v): %d %s, want 503 UNAVAILABLE", c.id, c.terminate, status, body)
+		}
+		if n := len(e.logs.events(t, "payout_settled")); n != 0 {
+			t.Fatalf("%d payout_settled log lines after a settle whose commit was not durable", n)
+		}
+		if v := e.metric(t, fmt.Sprintf(`payout_settle_total{outcome=%q}`, strings.ToLower(c.status))); v != 0 {
+			t.Fatalf("payout_settle_total{%s} = %v after a settle whose commit was not durable", strings.ToLower(c.status), v)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "commit not durable") {
+		t.Errorf("the log does not say why:\n%s", e.logs.String())
+	}
+
+	// The standby released, the same settles answer 200.
+	for _, c := range []struct{ id, body, status string }{
+		{"p-paid", `{"outcome":"PAID","railReference":"RS-ABC","statementSeq":11}`, lockapi.StatusPaid},
+		{"p-absent", `{"outcome":"NOT_PRESENTED"}`, lockapi.StatusNotPresented},
+	} {
+		status, pr, got := e.settle(t, c.id, bearer, c.body)
+		if status != http.StatusOK || got.Status != c.status {
+			t.Fatalf("settle %s again with the standby back: %d %+v %+v, want 200 %s", c.id, status, pr, got, c.status)
+		}
+	}
+	if n := e.queryInt(t, `SELECT count(*) FROM ledger_entry WHERE payout_id = 'p-paid' AND amount_minor = -1500`); n != 1 {
+		t.Fatalf("%d ledger entries for p-paid, want 1", n)
+	}
+}
+
+// settleProblem reads a settle's answer as problem+json; nil when it is not one.
+func settleProblem(t *testing.T, status int, body []byte) *lockapi.Problem {
+	t.Helper()
+	var pr lockapi.Problem
+	if status == http.StatusOK || json.Unmarshal(body, &pr) != nil || pr.Status != status {
+		return nil
+	}
+	return &pr
+}
