@@ -45,6 +45,11 @@ func TestFailoverSynchronousKeepsEveryInvariant(t *testing.T) {
 	if r.Payouts.Total != run.created || r.Payouts.Pending+r.Payouts.Claimed != 0 {
 		t.Errorf("payouts %+v, want all %d final", r.Payouts, run.created)
 	}
+	// "0 stale admissions" means something only if stale writers did submit: the
+	// frozen workers' submissions were refused at the gate (FENCED rows).
+	if r.Submissions.Fenced == 0 {
+		t.Errorf("no submission was FENCED: the run had no stale writer at rail-proxy's gate, so 0 stale admissions proves nothing")
+	}
 	// Tokens kept increasing per lock across the failover: every token handed out
 	// after the promotion is above every token of its lock handed out before the
 	// kill (the checker's token checks say the same from lock_grant).
