@@ -18,6 +18,13 @@
 //
 // Validation runs off the request's goroutine, after the answer is written, so
 // a wrapped server keeps its timing; Findings and Report wait for it.
+//
+// A package's conformance run shares one Checker among all its tests, so that
+// coverage accumulates: Track gives each test the findings of the exchanges with
+// the server it started (reported when it ends), TrackedRoundTripper wraps the
+// package's shared clients, and Finish, at the end of TestMain, fails the run on
+// any finding no test was told of and on every documented answer never seen
+// (less the exemptions the package names, each with its reason).
 package apitest
 
 import (
@@ -26,11 +33,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +86,7 @@ const (
 type Finding struct {
 	Kind    string
 	Key     Key
+	Host    string // the server's host:port, as the request named it
 	Request string // method and URL as sent
 	Detail  string
 }
@@ -95,10 +106,16 @@ type Checker struct {
 	// The bodies of the answers to undocumented routes and methods.
 	notFound, notAllowed *base.Schema
 
-	pending  sync.WaitGroup
-	mu       sync.Mutex
-	seen     map[Key]int
-	findings []Finding
+	mu   sync.Mutex
+	idle *sync.Cond // signalled whenever a check ends
+	// Checks still running, in all and by host. (Not a sync.WaitGroup: tests
+	// running in parallel add checks while another waits.)
+	pending       int
+	pendingByHost map[string]int
+	seen          map[Key]int
+	findings      []Finding
+	reported      map[int]bool // indexes of findings already told to a test
+	tracked       map[string]int
 }
 
 // New builds a Checker for the service's embedded document.
@@ -108,6 +125,16 @@ func New(s api.Service) (*Checker, error) {
 		return nil, fmt.Errorf("apitest: %s: %w", s, err)
 	}
 	return NewFromDocument(s, raw)
+}
+
+// MustNew is New for a package variable: it panics when the document does not
+// load.
+func MustNew(s api.Service) *Checker {
+	c, err := New(s)
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 // NewFromDocument builds a Checker for the given document bytes (tests of this
@@ -126,7 +153,9 @@ func NewFromDocument(s api.Service, raw []byte) (*Checker, error) {
 		return nil, fmt.Errorf("apitest: %s: %w", s, errors.Join(errs...))
 	}
 	c := &Checker{service: s, model: &m.Model, v: v, schemas: schema_validation.NewSchemaValidator(),
-		opts: config.NewValidationOptions(), seen: map[Key]int{}}
+		opts: config.NewValidationOptions(), seen: map[Key]int{}, pendingByHost: map[string]int{},
+		reported: map[int]bool{}, tracked: map[string]int{}}
+	c.idle = sync.NewCond(&c.mu)
 	c.notFound = responseSchema(c.model, "RouteNotFound")
 	c.notAllowed = responseSchema(c.model, "MethodNotAllowed")
 	if c.notFound == nil || c.notAllowed == nil {
@@ -165,10 +194,16 @@ func (c *Checker) Handler(next http.Handler) http.Handler {
 		if rec.hijacked {
 			return // no HTTP answer at all (a dropped connection): nothing to check
 		}
+		if rec.status == 0 && r.Context().Err() != nil {
+			return // the client left and the handler wrote nothing: no answer anybody saw
+		}
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
 		req := r.Clone(context.WithoutCancel(r.Context()))
+		if req.URL.Host == "" {
+			req.URL.Host = r.Host // a server's request names its host only in Host
+		}
 		resp := &http.Response{StatusCode: rec.status, Header: rec.header.Clone(), Request: req}
 		c.check(req, reqBody.Bytes(), resp, rec.body.Bytes())
 	})
@@ -183,12 +218,27 @@ func (c *Checker) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return roundTripper{c: c, next: next}
 }
 
+// TrackedRoundTripper is RoundTripper for a package's shared clients: it checks
+// only the exchanges with a server some test is tracking (Track), and passes
+// the others through untouched — a benchmark's server, a fake rail, a server
+// of another kind.
+func (c *Checker) TrackedRoundTripper(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return roundTripper{c: c, next: next, onlyTracked: true}
+}
+
 type roundTripper struct {
-	c    *Checker
-	next http.RoundTripper
+	c           *Checker
+	next        http.RoundTripper
+	onlyTracked bool
 }
 
 func (rt roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	if rt.onlyTracked && !rt.c.isTracked(r.URL.Host) {
+		return rt.next.RoundTrip(r)
+	}
 	var reqBody []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		b, err := io.ReadAll(r.Body)
@@ -222,9 +272,21 @@ func (rt roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 func (c *Checker) check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
 	reqBody = slices.Clone(reqBody)
 	respBody = slices.Clone(respBody)
-	c.pending.Add(1)
+	host := req.URL.Host
+	c.mu.Lock()
+	c.pending++
+	c.pendingByHost[host]++
+	c.mu.Unlock()
 	go func() {
-		defer c.pending.Done()
+		defer func() {
+			c.mu.Lock()
+			c.pending--
+			if c.pendingByHost[host]--; c.pendingByHost[host] == 0 {
+				delete(c.pendingByHost, host)
+			}
+			c.mu.Unlock()
+			c.idle.Broadcast()
+		}()
 		c.validate(req, reqBody, resp, respBody)
 	}()
 }
@@ -241,24 +303,24 @@ func (c *Checker) validate(req *http.Request, reqBody []byte, resp *http.Respons
 	op := item.GetOperations().GetOrZero(strings.ToLower(req.Method))
 	documented := op.Responses.Codes.GetOrZero(strconv.Itoa(resp.StatusCode))
 	if documented == nil {
-		c.find(Finding{Kind: UndocumentedStatus, Key: key, Request: sent, Detail: describe(resp, respBody)})
+		c.find(req, Finding{Kind: UndocumentedStatus, Key: key, Request: sent, Detail: describe(resp, respBody)})
 		return
 	}
 
 	resp.Body = io.NopCloser(bytes.NewReader(respBody))
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	if ok, verrs := c.v.ValidateHttpResponse(req, resp); !ok {
-		c.find(Finding{Kind: InvalidResponse, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(respBody)})
+		c.find(req, Finding{Kind: InvalidResponse, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(respBody)})
 	}
 	if orderedmap.Len(documented.Content) == 0 && len(respBody) > 0 {
-		c.find(Finding{Kind: UnexpectedBody, Key: key, Request: sent, Detail: clip(respBody)})
+		c.find(req, Finding{Kind: UnexpectedBody, Key: key, Request: sent, Detail: clip(respBody)})
 	}
-	c.checkProblemStatus(key, sent, resp, respBody)
+	c.checkProblemStatus(req, key, sent, resp, respBody)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		req.Body = io.NopCloser(bytes.NewReader(reqBody))
 		if ok, verrs := c.v.ValidateHttpRequestSync(req); !ok {
-			c.find(Finding{Kind: AcceptedInvalid, Key: key, Request: sent, Detail: explain(verrs)})
+			c.find(req, Finding{Kind: AcceptedInvalid, Key: key, Request: sent, Detail: explain(verrs)})
 		}
 	}
 }
@@ -276,21 +338,21 @@ func (c *Checker) validateUnmatched(req *http.Request, resp *http.Response, body
 	c.saw(key)
 	switch {
 	case resp.StatusCode != want:
-		c.find(Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: fmt.Sprintf("want %d; got %s", want, describe(resp, body))})
+		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: fmt.Sprintf("want %d; got %s", want, describe(resp, body))})
 		return
 	case !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json"):
-		c.find(Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "not application/problem+json: " + describe(resp, body)})
+		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "not application/problem+json: " + describe(resp, body)})
 		return
 	case want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "":
-		c.find(Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "405 without an Allow header"})
+		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "405 without an Allow header"})
 	}
 	if ok, verrs := c.schemas.ValidateSchemaBytes(schema, body); !ok {
-		c.find(Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(body)})
+		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(body)})
 	}
-	c.checkProblemStatus(key, sent, resp, body)
+	c.checkProblemStatus(req, key, sent, resp, body)
 }
 
-func (c *Checker) checkProblemStatus(key Key, sent string, resp *http.Response, body []byte) {
+func (c *Checker) checkProblemStatus(req *http.Request, key Key, sent string, resp *http.Response, body []byte) {
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
 		return
 	}
@@ -298,7 +360,7 @@ func (c *Checker) checkProblemStatus(key Key, sent string, resp *http.Response, 
 		Status *int `json:"status"`
 	}
 	if err := json.Unmarshal(body, &p); err != nil || p.Status == nil || *p.Status != resp.StatusCode {
-		c.find(Finding{Kind: ProblemStatusMismatch, Key: key, Request: sent, Detail: clip(body)})
+		c.find(req, Finding{Kind: ProblemStatusMismatch, Key: key, Request: sent, Detail: clip(body)})
 	}
 }
 
@@ -308,14 +370,31 @@ func (c *Checker) saw(k Key) {
 	c.seen[k]++
 }
 
-func (c *Checker) find(f Finding) {
+func (c *Checker) find(req *http.Request, f Finding) {
+	f.Host = req.URL.Host
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.findings = append(c.findings, f)
 }
 
 // Wait blocks until every exchange so far has been checked.
-func (c *Checker) Wait() { c.pending.Wait() }
+func (c *Checker) Wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.pending > 0 {
+		c.idle.Wait()
+	}
+}
+
+// waitHost blocks until every exchange so far with host has been checked
+// (exchanges of other tests running in parallel do not hold it up).
+func (c *Checker) waitHost(host string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.pendingByHost[host] > 0 {
+		c.idle.Wait()
+	}
+}
 
 // Findings are the disagreements found so far, after waiting for the checks
 // still running.
@@ -379,9 +458,150 @@ type TB interface {
 // Report fails t once per finding.
 func (c *Checker) Report(t TB) {
 	t.Helper()
-	for _, f := range c.Findings() {
+	c.Wait()
+	for _, f := range c.take(func(Finding) bool { return true }) {
 		t.Errorf("%s: %s", c.service, f)
 	}
+}
+
+// take returns the findings keep accepts that no test was told of yet, and
+// marks them told.
+func (c *Checker) take(keep func(Finding) bool) []Finding {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Finding
+	for i, f := range c.findings {
+		if !c.reported[i] && keep(f) {
+			c.reported[i] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// CleanupTB is the part of testing.TB Track needs.
+type CleanupTB interface {
+	TB
+	Cleanup(func())
+}
+
+// Track gives t the server at baseURL (http://host:port) for as long as t runs:
+// a TrackedRoundTripper checks the exchanges with it, and when t ends (its
+// Cleanup, so register Track before the cleanup that stops the server: it then
+// runs after it) every finding of those exchanges fails t. Tracking the same
+// server from several tests is allowed; each is told of what it has not been
+// told of yet.
+func (c *Checker) Track(t CleanupTB, baseURL string) {
+	t.Helper()
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" {
+		t.Errorf("apitest: Track(%q): not a base URL", baseURL)
+		return
+	}
+	host := u.Host
+	c.mu.Lock()
+	c.tracked[host]++
+	c.mu.Unlock()
+	t.Cleanup(func() {
+		c.waitHost(host)
+		c.mu.Lock()
+		if c.tracked[host]--; c.tracked[host] <= 0 {
+			delete(c.tracked, host)
+		}
+		c.mu.Unlock()
+		for _, f := range c.take(func(f Finding) bool { return f.Host == host }) {
+			t.Errorf("%s conformance: %s", c.service, f)
+		}
+	})
+}
+
+func (c *Checker) isTracked(host string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracked[host] > 0
+}
+
+// Exemption names documented answers a package's tests do not provoke on
+// purpose, and why. A zero Method, Path or Status matches any.
+type Exemption struct {
+	Key
+	Reason string
+}
+
+// Exempt is an Exemption of method path status ("" or 0 for any) for reason.
+func Exempt(method, path string, status int, reason string) Exemption {
+	return Exemption{Key: Key{Method: method, Path: path, Status: status}, Reason: reason}
+}
+
+func (e Exemption) matches(k Key) bool {
+	return (e.Method == "" || e.Method == k.Method) && (e.Path == "" || e.Path == k.Path) && (e.Status == 0 || e.Status == k.Status)
+}
+
+// Finish ends a package's TestMain, given what m.Run returned, and returns the
+// exit code: it fails the run on every finding no test was told of (an
+// exchange with a server no test tracked, or one after its test ended) and —
+// unless the run was narrowed by -run, -skip or -short, which leave tests out —
+// on every documented answer no test provoked and no exemption names. An
+// exemption that names no documented answer fails it too, and one whose
+// answers were all seen anyway is noted, to be removed.
+func (c *Checker) Finish(code int, exempt ...Exemption) int {
+	return c.finish(code, narrowed(), os.Stderr, exempt...)
+}
+
+func (c *Checker) finish(code int, narrowed bool, out io.Writer, exempt ...Exemption) int {
+	c.Wait()
+	fail := func(format string, args ...any) {
+		fmt.Fprintf(out, "apitest: %s: "+format+"\n", append([]any{c.service}, args...)...)
+		if code == 0 {
+			code = 1
+		}
+	}
+	for _, f := range c.take(func(Finding) bool { return true }) {
+		fail("conformance: %s", f)
+	}
+	documented := c.Documented()
+	seen := c.Seen()
+	for _, e := range exempt {
+		n, hit := 0, 0
+		for _, k := range documented {
+			if e.matches(k) {
+				n++
+				if seen[k] > 0 {
+					hit++
+				}
+			}
+		}
+		switch {
+		case n == 0:
+			fail("exemption %s (%s) names no documented answer", e.Key, e.Reason)
+		case hit == n && !narrowed:
+			fmt.Fprintf(out, "apitest: %s: note: exemption %s is no longer needed: every answer it names was seen\n", c.service, e.Key)
+		}
+	}
+	if narrowed {
+		return code
+	}
+	var missing []string
+	for _, k := range documented {
+		if seen[k] == 0 && !slices.ContainsFunc(exempt, func(e Exemption) bool { return e.matches(k) }) {
+			missing = append(missing, "\t"+k.String())
+		}
+	}
+	if len(missing) > 0 {
+		fail("coverage: %d documented answers no test provoked (provoke each, or exempt it with a reason):\n%s",
+			len(missing), strings.Join(missing, "\n"))
+	}
+	return code
+}
+
+// narrowed reports whether this test binary runs only some of its tests.
+func narrowed() bool {
+	for _, name := range []string{"test.run", "test.skip", "test.short", "test.list"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(resp *http.Response, body []byte) string {
@@ -396,14 +616,21 @@ func clip(b []byte) string {
 	return string(b)
 }
 
+// explain renders the validator's errors, the first few schema faults of each
+// (a long list repeats one fault over many items).
 func explain(errs []*verrors.ValidationError) string {
+	const maxFaults = 5
 	var parts []string
 	for _, e := range errs {
 		s := e.Message
 		if e.Reason != "" {
 			s += ": " + e.Reason
 		}
-		for _, f := range e.SchemaValidationErrors {
+		for i, f := range e.SchemaValidationErrors {
+			if i == maxFaults {
+				s += fmt.Sprintf(" [and %d more]", len(e.SchemaValidationErrors)-maxFaults)
+				break
+			}
 			s += fmt.Sprintf(" [%s %s: %s]", f.FieldPath, f.KeywordLocation, f.Reason)
 		}
 		parts = append(parts, s)

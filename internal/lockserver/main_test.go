@@ -23,7 +23,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain runs the tests, then fails the run on a conformance finding no test
+// was told of and on a documented answer no test provoked (conformance_test.go).
+func TestMain(m *testing.M) { os.Exit(conformance.Finish(pgtest.Main(m), exempt...)) }
 
 // testConfig is the default configuration on dbURL, with a small pool.
 func testConfig(dbURL string) Config {
@@ -50,6 +52,12 @@ func startServer(t testing.TB, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	cfg.Listener = ln
+	if _, bench := t.(*testing.B); !bench {
+		// Every exchange with this server through testHTTP is checked against
+		// the OpenAPI document, and its findings fail t. Registered before the
+		// cleanup that stops the server, so it runs after it.
+		conformance.Track(t, "http://"+ln.Addr().String())
+	}
 	logs := &syncBuffer{}
 	if cfg.LogOutput == nil {
 		cfg.LogOutput = logs
@@ -94,9 +102,12 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	}
 }
 
+// testHTTP is the client of every test: its exchanges with a server a test
+// tracks are checked against api/lock-server.json.
 var testHTTP = &http.Client{
-	Timeout:   15 * time.Second,
-	Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
+	Timeout: 15 * time.Second,
+	Transport: conformance.TrackedRoundTripper(
+		&http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second}),
 }
 
 // answer is a raw HTTP answer.

@@ -22,7 +22,15 @@ import (
 	"lock.dev/lockapi"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain checks every exchange of the tests with a payment-resource against
+// api/payment-resource.json: the tests' clients are http.DefaultClient (so its
+// transport is wrapped here, before any test runs) and each env's
+// payment.Client. After the tests it fails the run on a finding no test was
+// told of and on a documented answer no test provoked (conformance_test.go).
+func TestMain(m *testing.M) {
+	http.DefaultClient.Transport = conformance.TrackedRoundTripper(http.DefaultTransport)
+	os.Exit(conformance.Finish(pgtest.Main(m), exempt...))
+}
 
 // syncBuffer collects the service's log lines.
 type syncBuffer struct{ logcapture.Buffer }
@@ -68,6 +76,12 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, bench := t.(*testing.B); !bench {
+		// The exchanges with this server are checked against the OpenAPI
+		// document, and its findings fail t. Registered before the cleanup that
+		// stops the server, so it runs after it.
+		conformance.Track(t, "http://"+ln.Addr().String())
+	}
 	logs := &syncBuffer{}
 	cfg := payment.DefaultConfig()
 	cfg.PaydbURL = dbURL
@@ -94,6 +108,7 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	})
 	e := &env{base: "http://" + ln.Addr().String(), dbURL: dbURL, logs: logs}
 	e.client = payment.NewClient(e.base)
+	e.client.HTTP.Transport = conformance.TrackedRoundTripper(e.client.HTTP.Transport)
 	e.db = pgtest.Pool(t, dbURL)
 	deadline := time.Now().Add(15 * time.Second)
 	for {

@@ -22,11 +22,17 @@ import (
 	"lock.dev/lockapi"
 )
 
+// TestMain checks every exchange of the tests with a rail-proxy a test started
+// against api/rail-proxy.json — through testHTTP, pollHTTP and
+// http.DefaultClient (wrapped here, before any test runs) — and after the tests
+// fails the run on a finding no test was told of and on a documented answer no
+// test provoked (openapi_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	os.Exit(pgtest.Main(m))
+	http.DefaultClient.Transport = conformance.TrackedRoundTripper(http.DefaultTransport)
+	os.Exit(conformance.Finish(pgtest.Main(m), exempt...))
 }
 
 // syncBuffer collects a service's log lines.
@@ -125,6 +131,12 @@ func startProxy(t testing.TB, cfg Config) *proxy {
 	if err != nil {
 		t.Fatalf("rail-proxy: %v", err)
 	}
+	if _, bench := t.(*testing.B); !bench {
+		// The exchanges with this proxy are checked against the OpenAPI
+		// document, and its findings fail t. Registered before the cleanup that
+		// stops the proxy, so it runs after it.
+		conformance.Track(t, p.URL)
+	}
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Errorf("rail-proxy Run returned %v", err)
@@ -219,9 +231,11 @@ func (p payout) body() []byte {
 	return b
 }
 
+// The tests' clients: their exchanges with a proxy a test tracks are checked
+// against api/rail-proxy.json.
 var (
-	testHTTP = &http.Client{Timeout: 30 * time.Second}
-	pollHTTP = &http.Client{Timeout: time.Second}
+	testHTTP = &http.Client{Timeout: 30 * time.Second, Transport: conformance.TrackedRoundTripper(nil)}
+	pollHTTP = &http.Client{Timeout: time.Second, Transport: conformance.TrackedRoundTripper(nil)}
 )
 
 // submit posts a submission the way an executor does.

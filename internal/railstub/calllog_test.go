@@ -3,6 +3,7 @@ package railstub
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -197,7 +198,10 @@ func TestCallsPaging(t *testing.T) {
 	const n = MaxPageLimit + 5
 	for i := range n {
 		if _, err := ts.calls.record(func(c *Call) {
-			c.Reference, c.Result = "p-"+string(rune('a'+i%26)), ResultAccepted
+			// A call as the stub books one (the OpenAPI document pins every field).
+			p := payment("p-" + string(rune('a'+i%26)))
+			c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Beneficiary = p.Reference, p.AccountID, p.AmountMinor, p.Currency, p.Beneficiary
+			c.Result, c.RailReference = ResultAccepted, fmt.Sprintf("RS-%026d", i)
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -39,7 +39,11 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	srv := httptest.NewServer(s.Handler())
+	// Every exchange with the stub is checked against api/rail-stub.json, and
+	// its findings fail t: Track's cleanup runs after the one below, which
+	// closes the server once every request has been answered.
+	srv := httptest.NewServer(conformance.Handler(s.Handler()))
+	conformance.Track(t, srv.URL)
 	t.Cleanup(func() {
 		srv.Close()
 		if err := s.Close(); err != nil {
