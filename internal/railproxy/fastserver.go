@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -110,18 +111,41 @@ func fastError(fc *fasthttp.RequestCtx, err error) {
 		_ = fc.Conn().Close()
 		return
 	}
-	status, detail := http.StatusBadRequest, "the request could not be read"
+	// C3's INVALID_REQUEST is 400, 413 or 415 and always lists its faults:
+	// headers too large for the read buffer are a 400 fault of the headers (not
+	// net/http's 431, which C3 does not have).
+	status, fault := http.StatusBadRequest, lockapi.FieldError{Field: "request", Problem: "could not be read as HTTP/1.1"}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):
-		status, detail = http.StatusRequestHeaderFieldsTooLarge, "the request headers are too large"
+		fault = lockapi.FieldError{Field: "headers", Problem: fmt.Sprintf("must fit in %d bytes", serverReadBuffer)}
+		// The rest of the request is still on its way or unread: closing on it
+		// would reset the connection, and a reset can discard the answer in the
+		// client's receive queue. Read a bounded amount first, as lockapi does
+		// for an oversized body.
+		drainConn(fc.Conn())
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, detail = http.StatusRequestEntityTooLarge, "body: must be at most 65536 bytes"
+		status, fault = http.StatusRequestEntityTooLarge, lockapi.FieldError{Field: "body", Problem: fmt.Sprintf("must be at most %d bytes", lockapi.MaxBodyBytes)}
 	}
 	w := &fastWriter{fc: fc}
-	lockapi.WriteProblem(w, lockapi.NewProblem(status, lockapi.CodeInvalidRequest, detail, nil))
+	lockapi.WriteInvalid(w, status, []lockapi.FieldError{fault})
 	fc.SetConnectionClose()
 }
+
+// drainConn reads and discards what the client is still sending, at most
+// drainLimit bytes or for drainWait, whichever ends first.
+func drainConn(c net.Conn) {
+	if c == nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(drainWait))
+	_, _ = io.CopyN(io.Discard, c, drainLimit)
+}
+
+const (
+	drainLimit = 64 << 10
+	drainWait  = 500 * time.Millisecond
+)
 
 // fastHandler runs h for each request on the connection's goroutine.
 func fastHandler(h http.Handler, logger *slog.Logger) fasthttp.RequestHandler {
@@ -142,8 +166,7 @@ func fastHandler(h http.Handler, logger *slog.Logger) fasthttp.RequestHandler {
 		}()
 		r, err := toHTTPRequest(fc)
 		if err != nil {
-			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusBadRequest, lockapi.CodeInvalidRequest,
-				"the request target is not a valid URI", nil))
+			lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{{Field: "target", Problem: "is not a valid request URI"}})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -2,6 +2,7 @@ package railproxy
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -88,11 +89,33 @@ func TestReadTimeoutClosesWithoutAnswer(t *testing.T) {
 		}
 	})
 
-	t.Run("malformed request still answered", func(t *testing.T) {
-		got, _ := exchange(t, "NOT-HTTP\r\n\r\n")
-		if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !strings.Contains(got, "application/problem+json") ||
-			!strings.Contains(got, `"code":"INVALID_REQUEST"`) {
-			t.Fatalf("answer: %q", got)
-		}
-	})
+	// A request the server cannot read is still answered with C3's INVALID_REQUEST
+	// shape: 400 (never 431, which C3 does not have) and the faults listed.
+	for _, c := range []struct{ name, send, field string }{
+		{"malformed request still answered", "NOT-HTTP\r\n\r\n", "request"},
+		{"headers over the read buffer", "POST /v1/rail/submissions HTTP/1.1\r\nHost: x\r\nX-Big: " +
+			strings.Repeat("a", 2*serverReadBuffer) + "\r\n\r\n", "headers"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, _ := exchange(t, c.send)
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(got)), nil)
+			if err != nil {
+				t.Fatalf("answer %q: %v", got, err)
+			}
+			var p struct {
+				Status int    `json:"status"`
+				Code   string `json:"code"`
+				Errors []struct {
+					Field, Problem string
+				} `json:"errors"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatalf("answer %q: %v", got, err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				p.Status != 400 || p.Code != "INVALID_REQUEST" || len(p.Errors) != 1 || p.Errors[0].Field != c.field {
+				t.Fatalf("answer: %q", got)
+			}
+		})
+	}
 }
