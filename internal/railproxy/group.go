@@ -28,21 +28,21 @@ const DefaultMaxGroup = 64
 // MaxMaxGroup is a sanity bound on RAIL_PROXY_MAX_GROUP.
 const MaxMaxGroup = 1000
 
-// maxAdmitWorkers caps the admission transactions one replica runs at once.
-// Beyond a few, more concurrent transactions buy no throughput — the groups absorb
-// the load — and cost paydb CPU per submission: on the 2-core bench, 15 workers
-// gave PostgreSQL CPU per submission 0.94 × the ceiling's, 8 gave 0.67, 4 gave
-// 0.55 (single noisy runs, docs/contracts/rail-proxy.md#group-admission).
-const maxAdmitWorkers = 8
+// admitWorkers is how many admission transactions one replica runs at once:
+// one. While it runs, the submissions that arrive queue and form the next group,
+// so the group is as large as the load makes it and paydb pays one transaction,
+// one commit and one WAL flush per group. A second worker halves the groups and
+// buys no throughput: on the 2-core bench (docs/contracts/rail-proxy.md
+// #group-admission, one run each, same build) one worker gave proxy/ceiling 0.80
+// and 0.85 with groups of 9 and PostgreSQL CPU per submission 0.47–0.55 × the
+// ceiling's; two gave 0.71 and 0.72 (groups of 5, 0.62–0.77); four 0.65 (0.74);
+// eight, the earlier default, 0.60 (0.92).
+const admitWorkers = 1
 
-// groupWorkers splits a pool of maxConns paydb connections: admission workers
-// (each holds one connection while its group runs; at most maxAdmitWorkers),
-// resolution workers, and a reserve for the janitor, audit-trail reads and health
-// checks, which borrow the pool directly.
-func groupWorkers(maxConns int) (admit, resolve int) {
-	reserve := max(1, maxConns/4)
-	return min(maxAdmitWorkers, max(1, maxConns-reserve)), max(1, reserve/2)
-}
+// resolveWorkers is the same for resolving writes: one statement at a time, the
+// writes that come meanwhile forming the next (groups of about 6 on the bench,
+// against 4 with two workers).
+const resolveWorkers = 1
 
 // admitWait is one submission queued for admission.
 type admitWait struct {
@@ -76,9 +76,8 @@ type groups struct {
 	maxResolve     int
 }
 
-func newGroups(maxGroup, paydbMaxConns int) *groups {
-	a, r := groupWorkers(paydbMaxConns)
-	return &groups{maxGroup: max(1, maxGroup), maxAdmit: a, maxResolve: r}
+func newGroups(maxGroup int) *groups {
+	return &groups{maxGroup: max(1, maxGroup), maxAdmit: admitWorkers, maxResolve: resolveWorkers}
 }
 
 // grouped reports whether submissions are admitted in groups.

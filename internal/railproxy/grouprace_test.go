@@ -30,7 +30,6 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		cfg := testConfig(paydbURL, rail.URL)
 		cfg.MaxGroup = 64
 		cfg.LogLevel = "info"
-		cfg.PaydbMaxConns = 4 // three admission workers: groups grow
 		proxies = append(proxies, startProxy(t, cfg))
 	}
 
