@@ -310,8 +310,17 @@ func TestConcurrentClaimsHighestWins(t *testing.T) {
 					results <- result{id, token, true}
 					return
 				}
-				prob := asProblem(t, err, http.StatusConflict, lockapi.CodeFencedOut)
-				if fence := member[int64](t, prob, "fenceToken"); fence < token {
+				prob, perr := problemIs(err, http.StatusConflict, lockapi.CodeFencedOut)
+				if perr != nil {
+					t.Errorf("claim %s with %d: %v", id, token, perr)
+					results <- result{id, token, false}
+					return
+				}
+				fence, merr := memberOf[int64](prob, "fenceToken")
+				switch {
+				case merr != nil:
+					t.Errorf("claim %s with %d: %v", id, token, merr)
+				case fence < token:
 					t.Errorf("claim %s with %d fenced by a lower fence token %d", id, token, fence)
 				}
 				results <- result{id, token, false}
@@ -388,8 +397,17 @@ func TestConcurrentPostsOneLedgerEntry(t *testing.T) {
 					winners = append(winners, p)
 					return
 				}
-				prob := asProblem(t, err, http.StatusConflict, lockapi.CodePayoutFinal)
-				finals = append(finals, member[string](t, prob, "payoutStatus"))
+				prob, perr := problemIs(err, http.StatusConflict, lockapi.CodePayoutFinal)
+				if perr != nil {
+					t.Errorf("%s: %v", id, perr)
+					return
+				}
+				status, merr := memberOf[string](prob, "payoutStatus")
+				if merr != nil {
+					t.Errorf("%s: %v", id, merr)
+					return
+				}
+				finals = append(finals, status)
 			})
 		}
 		wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"lock.dev/internal/logcapture"
 	"net"
@@ -145,6 +146,16 @@ func (e *env) readyz(t testing.TB) (int, map[string]any) {
 // raw sends one request as given and returns the status and body.
 func (e *env) raw(t testing.TB, method, path string, header map[string][]string, body string) (int, []byte) {
 	t.Helper()
+	status, b, err := e.tryRaw(method, path, header, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, b
+}
+
+// tryRaw is raw for goroutines other than the test's: it reports a failure to
+// send instead of ending the test (t.Fatal belongs to the test's goroutine).
+func (e *env) tryRaw(method, path string, header map[string][]string, body string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -153,18 +164,18 @@ func (e *env) raw(t testing.TB, method, path string, header map[string][]string,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, e.base+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, b, nil
 }
 
 func (e *env) create(t testing.TB, id, account string, amount int64) lockapi.Payout {
@@ -235,24 +246,42 @@ func (e *env) snapshot(t testing.TB) string {
 // asProblem returns err's problem, failing the test when err is not one with code.
 func asProblem(t testing.TB, err error, status int, code string) *lockapi.Problem {
 	t.Helper()
-	var p *lockapi.Problem
-	if !errors.As(err, &p) {
-		t.Fatalf("err = %v, want a %d %s problem", err, status, code)
-	}
-	if p.Status != status || p.Code != code {
-		t.Fatalf("problem = %d %s (%s), want %d %s", p.Status, p.Code, p.Detail, status, code)
+	p, perr := problemIs(err, status, code)
+	if perr != nil {
+		t.Fatal(perr)
 	}
 	return p
 }
 
+// problemIs is asProblem for goroutines other than the test's.
+func problemIs(err error, status int, code string) (*lockapi.Problem, error) {
+	var p *lockapi.Problem
+	if !errors.As(err, &p) {
+		return nil, fmt.Errorf("err = %v, want a %d %s problem", err, status, code)
+	}
+	if p.Status != status || p.Code != code {
+		return nil, fmt.Errorf("problem = %d %s (%s), want %d %s", p.Status, p.Code, p.Detail, status, code)
+	}
+	return p, nil
+}
+
 func member[T any](t testing.TB, p *lockapi.Problem, name string) T {
 	t.Helper()
+	v, err := memberOf[T](p, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// memberOf is member for goroutines other than the test's.
+func memberOf[T any](p *lockapi.Problem, name string) (T, error) {
 	var v T
 	ok, err := p.Member(name, &v)
 	if !ok || err != nil {
-		t.Fatalf("problem %s: member %s missing or unreadable (%v)", p.Code, name, err)
+		return v, fmt.Errorf("problem %s: member %s missing or unreadable (%v)", p.Code, name, err)
 	}
-	return v
+	return v, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -144,8 +144,9 @@ func TestLateReplyIsBookedBeforeTheReply(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
+	body := mustJSON(t, payment("p-late")) // on the test's goroutine: mustJSON may end the test
 	go func() {
-		_, err := send(ctx, http.DefaultClient, ts.URL, http.MethodPost, "/rail/v1/payments", "application/json", mustJSON(t, payment("p-late")))
+		_, err := send(ctx, http.DefaultClient, ts.URL, http.MethodPost, "/rail/v1/payments", "application/json", body)
 		done <- err
 	}()
 	waitFor(t, "the call to be booked", func() bool { return len(calls(t, ts)) == 1 })
@@ -314,12 +315,19 @@ func TestConcurrentCallsAreBookedInArrivalOrder(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{} // what callers saw: ACCEPTED, DECLINED, DROPPED
 	acceptedRefs := map[string]bool{}
+	// The bodies are made on the test's goroutine: mustJSON may end the test.
+	bodies := make([][][]byte, workers)
+	for w := range workers {
+		bodies[w] = make([][]byte, per)
+		for i := range per {
+			bodies[w][i] = mustJSON(t, payment("p-"+string(rune('a'+w%26))+"-"+string(rune('a'+i%26))))
+		}
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := range per {
-				p := payment("p-" + string(rune('a'+w%26)) + "-" + string(rune('a'+i%26)))
-				r, err := send(context.Background(), hc, ts.URL, http.MethodPost, "/rail/v1/payments", "application/json", mustJSON(t, p))
+				r, err := send(context.Background(), hc, ts.URL, http.MethodPost, "/rail/v1/payments", "application/json", bodies[w][i])
 				kind := ""
 				switch {
 				case isDropped(err):
