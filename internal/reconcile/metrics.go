@@ -40,6 +40,7 @@ type metrics struct {
 	exceptions    *prometheus.CounterVec
 	statementSeq  prometheus.Gauge
 	ambiguous     prometheus.Gauge
+	overdue       prometheus.Gauge
 	passSeconds   prometheus.Histogram
 	passes        *prometheus.CounterVec
 }
@@ -66,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "reconciler_ambiguous_payouts",
 			Help: "AMBIGUOUS payouts left after the last pass.",
 		}),
+		overdue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reconciler_overdue_intents",
+			Help: "rail-proxy intents still unresolved 30 s past their interrupt_at at the last pass: no janitor is sweeping paydb.",
+		}),
 		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "reconciler_pass_seconds",
 			Help:    "Duration of the passes that held the pass lock, completed or failed.",
@@ -76,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Passes, by result: completed, failed, or skipped (another reconciler held the pass lock).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.linesImported, m.settled, m.exceptions, m.statementSeq, m.ambiguous, m.passSeconds, m.passes)
+	reg.MustRegister(m.linesImported, m.settled, m.exceptions, m.statementSeq, m.ambiguous, m.overdue, m.passSeconds, m.passes)
 	for _, to := range settledLabels {
 		m.settled.WithLabelValues(to)
 	}

@@ -162,7 +162,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	series := []string{`reconciler_lines_imported_total`, `reconciler_statement_seq`, `reconciler_ambiguous_payouts`,
+	series := []string{`reconciler_lines_imported_total`, `reconciler_statement_seq`, `reconciler_ambiguous_payouts`, `reconciler_overdue_intents`,
 		`reconciler_pass_seconds_count`, `reconciler_pass_total{result="skipped"}`, `reconciler_pass_total{result="failed"}`}
 	for _, to := range []string{"paid", "declined", "not_presented"} {
 		series = append(series, `reconciler_settled_total{to="`+to+`"}`)

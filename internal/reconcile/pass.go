@@ -34,6 +34,7 @@ type PassReport struct {
 	Settled    map[string]string // payoutId → the status it was settled to
 	Exceptions map[string]int    // newly recorded, by kind
 	Ambiguous  int64             // AMBIGUOUS payouts left
+	Overdue    int64             // intents unresolved past the janitor's bound (see countOverdue)
 	Refused    int               // settles payment-resource refused (409/404/400)
 	Elapsed    time.Duration     // time the pass held the lock
 }
@@ -136,6 +137,16 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 	}
 	rep.Ambiguous = left
 	r.metrics.ambiguous.Set(float64(left))
+
+	// Not a step of C6's pass, but paydb ground truth only this process looks at
+	// while every rail-proxy may be down: intents no janitor has resolved long
+	// after they were due.
+	overdue, err := ss.countOverdue(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Overdue = overdue
+	r.metrics.overdue.Set(float64(overdue))
 	return rep, nil
 }
 

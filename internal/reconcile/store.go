@@ -445,6 +445,32 @@ func (ss *session) countAmbiguous(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// countOverdueSQL counts rail-proxy's intents (outcome NULL) still unresolved
+// OverdueGrace after their interrupt_at — submitted_at + 60 s, C5's default
+// RAIL_PROXY_INTERRUPTED_AFTER, for rows older than interrupt_at — judged by
+// paydb's clock. Every live rail-proxy's janitor resolves such a row within its
+// sweep interval (at most 10 s); one that stays means no janitor is sweeping
+// paydb: every proxy is down, or paydb refuses their writes. The partial index
+// rail_submission_unresolved_idx keeps this to the unresolved rows.
+const countOverdueSQL = `SELECT count(*) FROM rail_submission
+ WHERE outcome IS NULL
+   AND coalesce(interrupt_at, submitted_at + interval '60 seconds') < now() - $1 * interval '1 millisecond'`
+
+// OverdueGrace is how long past its interrupt_at an unresolved intent must be
+// to count as overdue: three of a janitor's longest sweep intervals.
+const OverdueGrace = 30 * time.Second
+
+// countOverdue is the number of overdue intents now.
+func (ss *session) countOverdue(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	var n int64
+	if err := ss.conn.QueryRow(ctx, countOverdueSQL, OverdueGrace.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count overdue intents: %w", err)
+	}
+	return n, nil
+}
+
 // rollback ends tx if it is still open, detached from a cancelled pass and briefly
 // bounded, so a stopped pass never leaves a transaction open on its connection.
 func rollback(ctx context.Context, tx pgx.Tx) {
