@@ -20,23 +20,9 @@ import (
 // answer no test provoked, less these exemptions.
 var conformance = apitest.MustNew(api.LockServer)
 
-var exempt = []apitest.Exemption{
-	// These answer from memory — the published key set, process liveness, the
-	// metric registry, the embedded document — and have no failure path: their
-	// 500 INTERNAL is only serve.Handler's answer to a handler panic, which no
-	// test can cause without changing the code.
-	apitest.Exempt("GET", "/v1/keys", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/livez", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/actuator/health/liveness", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/metrics", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/actuator/prometheus", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/openapi.json", 500, "the document is embedded; api_test.go proves it is there"),
-	// Readiness answers 200 or 503 whatever its checks return (a failing check
-	// is DOWN, not an error): 500 only from a panic.
-	apitest.Exempt("GET", "/readyz", 500, "readiness has no error path but a panic"),
-	apitest.Exempt("GET", "/actuator/health/readiness", 500, "readiness has no error path but a panic"),
-	apitest.Exempt("GET", "/actuator/health", 500, "readiness has no error path but a panic"),
-}
+var exempt = append(apitest.ServeEndpoints500(),
+	// The published key set answers from memory: its 500 is only a panic's.
+	apitest.Exempt("GET", "/v1/keys", 500, "no failure path but a panic"))
 
 // The answers the behavioural tests have no reason to give: the C4 aliases,
 // the document itself, 413 on renew, 503 on the grant history, and the 500

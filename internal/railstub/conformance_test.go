@@ -21,24 +21,13 @@ var conformance = apitest.MustNew(api.RailStub)
 // and on a documented answer no test provoked, less these exemptions.
 func TestMain(m *testing.M) { os.Exit(conformance.Finish(m.Run(), exempt...)) }
 
-var exempt = []apitest.Exemption{
-	// These answer from memory — the call list, the chaos settings, health,
-	// liveness, the metric registry, the embedded document — and have no
-	// failure path: their 500 INTERNAL is only serve.Handler's answer to a
-	// handler panic, which no test can cause without changing the code.
+var exempt = append(apitest.ServeEndpoints500(),
+	// The call list, the chaos settings and health answer from memory: their
+	// 500 is only a panic's.
 	apitest.Exempt("GET", "/rail/v1/calls", 500, "no failure path but a panic"),
 	apitest.Exempt("GET", "/rail/v1/admin/chaos", 500, "no failure path but a panic"),
 	apitest.Exempt("PUT", "/rail/v1/admin/chaos", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/rail/v1/health", 500, "health has no error path but a panic"),
-	apitest.Exempt("GET", "/livez", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/actuator/health/liveness", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/readyz", 500, "readiness has no error path but a panic"),
-	apitest.Exempt("GET", "/actuator/health/readiness", 500, "readiness has no error path but a panic"),
-	apitest.Exempt("GET", "/actuator/health", 500, "readiness has no error path but a panic"),
-	apitest.Exempt("GET", "/metrics", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/actuator/prometheus", 500, "no failure path but a panic"),
-	apitest.Exempt("GET", "/openapi.json", 500, "the document is embedded; api_test.go proves it is there"),
-}
+	apitest.Exempt("GET", "/rail/v1/health", 500, "health has no error path but a panic"))
 
 // The answers the behavioural tests have no reason to give: the C4 aliases,
 // the document itself, 413 on the chaos settings, and a call log that takes
