@@ -404,7 +404,9 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 				r.metric = ""
 			}
 		} else {
-			cctx, cancel := context.WithTimeout(ctx, ResolveBound)
+			// A FENCED or DUPLICATE row, resolved in the transaction itself: only
+			// whether it exists is asked, within the same short bound.
+			cctx, cancel := context.WithTimeout(ctx, unsentAnswerBound)
 			if _, aerr := a.store.Attempt(cctx, ce.SubmissionID); aerr == nil {
 				members["submissionId"] = ce.SubmissionID
 			}
