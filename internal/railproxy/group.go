@@ -69,15 +69,13 @@ type groups struct {
 
 	mu             sync.Mutex
 	admits         []*admitWait
-	admitWorkers   int
+	admitRunning   int // admission workers running (at most admitWorkers)
 	resolves       []*resolveWait
-	resolveWorkers int
-	maxAdmit       int
-	maxResolve     int
+	resolveRunning int // resolution workers running (at most resolveWorkers)
 }
 
 func newGroups(maxGroup int) *groups {
-	return &groups{maxGroup: max(1, maxGroup), maxAdmit: admitWorkers, maxResolve: resolveWorkers}
+	return &groups{maxGroup: max(1, maxGroup)}
 }
 
 // grouped reports whether submissions are admitted in groups.
@@ -98,8 +96,8 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 	w := &admitWait{sub: sub, deadline: dl, done: make(chan MemberResult, 1)}
 	g.mu.Lock()
 	g.admits = append(g.admits, w)
-	if g.admitWorkers < g.maxAdmit {
-		g.admitWorkers++
+	if g.admitRunning < admitWorkers {
+		g.admitRunning++
 		go a.admitWorker()
 	}
 	g.mu.Unlock()
@@ -117,7 +115,7 @@ func (a *admitter) admitWorker() {
 	for {
 		g.mu.Lock()
 		if len(g.admits) == 0 {
-			g.admitWorkers--
+			g.admitRunning--
 			g.mu.Unlock()
 			return
 		}
@@ -233,8 +231,8 @@ func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 	w := &resolveWait{res: res, deadline: dl, done: make(chan resolveResult, 1)}
 	g.mu.Lock()
 	g.resolves = append(g.resolves, w)
-	if g.resolveWorkers < g.maxResolve {
-		g.resolveWorkers++
+	if g.resolveRunning < resolveWorkers {
+		g.resolveRunning++
 		go a.resolveWorker()
 	}
 	g.mu.Unlock()
@@ -261,7 +259,7 @@ func (a *admitter) resolveWorker() {
 		}
 		g.resolves = dropFront(g.resolves, i)
 		if len(group) == 0 && len(expired) == 0 {
-			g.resolveWorkers--
+			g.resolveRunning--
 			g.mu.Unlock()
 			return
 		}
