@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -76,9 +77,9 @@ func (c Config) Validate() error {
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
 	}
-	if err := checkDatabaseURL(c.LockdbURL); err != nil {
+	if err := dbconn.CheckURL(c.LockdbURL); err != nil {
 		// The URL itself is never echoed: it may carry a password.
-		return serve.Invalid("LOCKDB_URL", "%v", err)
+		return serve.Invalid("LOCKDB_URL", "cannot be parsed")
 	}
 	if c.LockdbMaxConns < 1 || c.LockdbMaxConns > math.MaxInt32 {
 		return serve.Invalid("LOCKDB_MAX_CONNS", "must be at least 1")

@@ -36,14 +36,6 @@ const (
 	rollbackTimeout = time.Second
 )
 
-// checkDatabaseURL reports whether url can be used, without echoing it.
-func checkDatabaseURL(url string) error {
-	if _, err := pgxpool.ParseConfig(url); err != nil {
-		return errors.New("cannot be parsed")
-	}
-	return nil
-}
-
 func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
 	pool, err := dbconn.Open(ctx, url, int32(maxConns))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
@@ -68,7 +69,7 @@ func (c Config) Validate() error {
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
 	}
-	if err := checkDatabaseURL(c.PaydbURL); err != nil {
+	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
 		// Never echo the value: it may carry a password.
 		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
 	}

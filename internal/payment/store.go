@@ -62,15 +62,6 @@ type store struct {
 	pool *pgxpool.Pool
 }
 
-// checkDatabaseURL reports whether url parses as a connection string, without
-// quoting it (it may carry a password).
-func checkDatabaseURL(url string) error {
-	if _, err := pgxpool.ParseConfig(url); err != nil {
-		return errors.New("database URL cannot be parsed")
-	}
-	return nil
-}
-
 func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
 	pool, err := dbconn.Open(ctx, url, int32(maxConns))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -118,8 +119,8 @@ func (c Config) Validate() error {
 		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d, got %d", MaxPaydbConns, c.PaydbMaxConns)
 	}
 	// The connection string may carry a password: the message never quotes it.
-	if err := checkDatabaseURL(c.PaydbURL); err != nil {
-		return serve.Invalid("PAYDB_URL", "%v", err)
+	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
+		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
 	}
 	u, err := url.Parse(c.RailBaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {

@@ -81,17 +81,6 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-// checkDatabaseURL reports whether url (the libpq PG* environment when empty) is a
-// connection string a pool can be built from: a bad one is a configuration error,
-// caught before anything is opened. The error never quotes url, which may carry a
-// password.
-func checkDatabaseURL(url string) error {
-	if _, err := pgxpool.ParseConfig(url); err != nil {
-		return errors.New("cannot be parsed as a PostgreSQL connection string")
-	}
-	return nil
-}
-
 // OpenStore opens the paydb pool. It does not wait for the server.
 func OpenStore(ctx context.Context, url string, maxConns int) (*Store, error) {
 	pool, err := dbconn.Open(ctx, url, int32(maxConns))
