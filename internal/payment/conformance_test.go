@@ -1,16 +1,13 @@
 package payment_test
 
 import (
-	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 
 	"lock.dev/api"
 	"lock.dev/internal/apitest"
 	"lock.dev/internal/payment"
-	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
 )
 
@@ -48,22 +45,7 @@ func TestConformanceRareAnswers(t *testing.T) {
 	}
 
 	// paydb refuses connections.
-	u, err := url.Parse(e.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbName := strings.TrimPrefix(u.Path, "/")
-	u.Path = "/postgres"
-	admin := pgtest.Pool(t, u.String())
-	ctx := context.Background()
-	ident := `"` + strings.ReplaceAll(dbName, `"`, `""`) + `"`
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+ident+" ALLOW_CONNECTIONS false"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", dbName); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, e, http.StatusServiceUnavailable, "DOWN")
+	restore := refusePaydb(t, e)
 	for _, p := range []string{"/actuator/health/readiness", "/actuator/health"} {
 		status, b := e.raw(t, http.MethodGet, p, nil, "")
 		want("GET "+p+" with paydb away", status, http.StatusServiceUnavailable, b, "")
@@ -72,10 +54,7 @@ func TestConformanceRareAnswers(t *testing.T) {
 	want("list with paydb away", status, http.StatusServiceUnavailable, b, lockapi.CodeUnavailable)
 	status, b = e.raw(t, http.MethodPost, "/v1/payouts/p-1/settle", settle, settleBody)
 	want("settle with paydb away", status, http.StatusServiceUnavailable, b, lockapi.CodeUnavailable)
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+ident+" ALLOW_CONNECTIONS true"); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, e, http.StatusOK, "UP")
+	restore()
 
 	// paydb answers, but the payout table is gone.
 	e.exec(t, "ALTER TABLE payout RENAME TO payout_gone")

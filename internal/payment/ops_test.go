@@ -86,6 +86,25 @@ func TestReadinessFollowsPaydb(t *testing.T) {
 		t.Fatalf("readyz = %d %v", code, body)
 	}
 
+	restore := refusePaydb(t, e)
+	ctx := context.Background()
+	if code, _ := e.raw(t, http.MethodGet, "/livez", nil, ""); code != http.StatusOK {
+		t.Errorf("livez = %d while paydb is away, want 200", code)
+	}
+	_, err := e.client.Get(ctx, "p-1")
+	asProblem(t, err, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
+
+	restore()
+	if _, err := e.client.Get(ctx, "p-1"); err != nil {
+		t.Fatalf("GET once paydb is back: %v", err)
+	}
+}
+
+// refusePaydb makes paydb refuse the service's connections (and ends those it
+// has) and waits for readiness to say DOWN; the function it returns lets paydb
+// take connections again and waits for UP.
+func refusePaydb(t *testing.T, e *env) (restore func()) {
+	t.Helper()
 	u, err := url.Parse(e.dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -102,18 +121,12 @@ func TestReadinessFollowsPaydb(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, e, http.StatusServiceUnavailable, "DOWN")
-	if code, _ := e.raw(t, http.MethodGet, "/livez", nil, ""); code != http.StatusOK {
-		t.Errorf("livez = %d while paydb is away, want 200", code)
-	}
-	_, err = e.client.Get(ctx, "p-1")
-	asProblem(t, err, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
-
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+ident+" ALLOW_CONNECTIONS true"); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, e, http.StatusOK, "UP")
-	if _, err := e.client.Get(ctx, "p-1"); err != nil {
-		t.Fatalf("GET once paydb is back: %v", err)
+	return func() {
+		t.Helper()
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+ident+" ALLOW_CONNECTIONS true"); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, e, http.StatusOK, "UP")
 	}
 }
 
