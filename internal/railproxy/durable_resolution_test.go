@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/pgtest"
@@ -37,24 +36,7 @@ func TestResolutionWaitsForTheStandbyAndSaysWhenItWasCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 		hold.release()
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		pid, err := pair.WaitSyncRep(wctx) // the resolving write's commit waits for the standby
-		cancel()
-		if err == nil {
-			err = pair.CancelBackend(ctx, pid, false)
-		}
-		if err != nil {
-			pair.ReleaseStandby()
-			t.Fatalf("max group %d: %v", maxGroup, err)
-		}
-		var a answer
-		select {
-		case a = <-done:
-		case <-time.After(30 * time.Second):
-			pair.ReleaseStandby()
-			t.Fatal("no answer within 30 s")
-		}
-		pair.ReleaseStandby()
+		a := cancelSyncWait(t, pair, done) // the resolving write's commit waits for the standby
 		if a.Err != nil || a.Status != http.StatusOK || a.str("railReference") != "RS-"+p.PayoutID {
 			t.Fatalf("max group %d: answer %d %v %v; want 200 ACKED", maxGroup, a.Status, a.Body, a.Err)
 		}

@@ -152,23 +152,7 @@ func TestCancelledSyncWaitAnswers503AndNeverCallsTheRail(t *testing.T) {
 		}
 		done := make(chan answer, 1)
 		go func() { done <- trySubmit(px.URL, int64(10*maxGroup), p) }()
-		pid, err := pair.WaitSyncRep(ctx)
-		if err != nil {
-			pair.ReleaseStandby()
-			t.Fatal(err)
-		}
-		if err := pair.CancelBackend(ctx, pid, false); err != nil {
-			pair.ReleaseStandby()
-			t.Fatal(err)
-		}
-		var a answer
-		select {
-		case a = <-done:
-		case <-time.After(30 * time.Second):
-			pair.ReleaseStandby()
-			t.Fatal("no answer within 30 s")
-		}
-		pair.ReleaseStandby()
+		a := cancelSyncWait(t, pair, done)
 		if a.Err != nil || a.Status != 503 || a.code() != lockapi.CodeRailUnavailable || a.str("stage") != "intent_commit" {
 			t.Fatalf("max group %d: answer %d %v %v; want 503 RAIL_UNAVAILABLE stage intent_commit", maxGroup, a.Status, a.Body, a.Err)
 		}
@@ -202,16 +186,7 @@ func TestCancelledSyncWaitAnswers503AndNeverCallsTheRail(t *testing.T) {
 	}
 	res := make(chan []MemberResult, 1)
 	go func() { res <- store.AdmitGroup(ctx, subs, true, time.Minute) }()
-	pid, err := pair.WaitSyncRep(ctx)
-	if err == nil {
-		err = pair.CancelBackend(ctx, pid, false)
-	}
-	if err != nil {
-		pair.ReleaseStandby()
-		t.Fatal(err)
-	}
-	got := <-res
-	pair.ReleaseStandby()
+	got := cancelSyncWait(t, pair, res)
 	for i, r := range got {
 		var ce *CommitError
 		if !errors.As(r.Err, &ce) || !errors.Is(r.Err, dbconn.ErrCommitNotDurable) || !ce.Unsure || ce.SubmissionID == 0 ||
@@ -219,4 +194,29 @@ func TestCancelledSyncWaitAnswers503AndNeverCallsTheRail(t *testing.T) {
 			t.Errorf("member %d: %+v %v; want a CommitError wrapping ErrCommitNotDurable, unsure, naming its row", i, r.Admission, r.Err)
 		}
 	}
+}
+
+// cancelSyncWait waits for the one backend whose COMMIT waits for the held
+// synchronous standby, cancels that wait (pg_cancel_backend: PostgreSQL then
+// reports the commit with its warning), and returns what done delivers, within
+// 30 s. The standby is released whatever happens.
+func cancelSyncWait[T any](t *testing.T, pair *pgcluster.Pair, done <-chan T) T {
+	t.Helper()
+	defer pair.ReleaseStandby()
+	ctx := context.Background()
+	pid, err := pair.WaitSyncRep(ctx)
+	if err == nil {
+		err = pair.CancelBackend(ctx, pid, false)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer within 30 s of the cancelled wait")
+	}
+	var none T
+	return none
 }
