@@ -126,36 +126,9 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 
 	switch adm.Verdict {
 	case Fenced:
-		// The token is not strictly greater than the mark: an older holder, or a
-		// replay of the same token. The rail is not called on this path — that
-		// is the whole point of the gate.
-		a.metrics.fencedOut.WithLabelValues("rail").Inc()
-		a.logger.Warn("submission fenced out", "event", "fenced_out", "resource", "rail",
-			"accountId", sub.AccountID, "payoutId", sub.PayoutID, "presentedToken", sub.Token,
-			"highestToken", adm.HighestToken, "ownerId", sub.OwnerID, "idempotencyKey", sub.IdempotencyKey,
-			"submissionId", adm.SubmissionID)
-		return reply{status: http.StatusConflict, metric: metricFenced, problem: lockapi.NewProblem(http.StatusConflict,
-			lockapi.CodeFencedOut, "the fencing token is not strictly greater than the account's high-water mark; a newer holder exists",
-			map[string]any{"presentedToken": sub.Token, "highestToken": adm.HighestToken, "submissionId": adm.SubmissionID})}
-
+		return a.fenced(sub, adm)
 	case Duplicate:
-		// The payout already has a forwardable attempt; the unique index, not a
-		// read, said so. The rail sees each payout at most once, ever.
-		a.metrics.duplicates.Inc()
-		m := map[string]any{"submissionId": adm.SubmissionID, "firstSubmissionId": nil, "firstSubmittedAt": nil,
-			"firstOutcome": nil, "firstRailReference": nil}
-		if f := adm.First; f != nil {
-			m["firstSubmissionId"] = f.SubmissionID
-			m["firstSubmittedAt"] = lockapi.UTC(f.SubmittedAt)
-			m["firstOutcome"] = strOrNil(f.Outcome)
-			m["firstRailReference"] = strOrNil(f.RailReference)
-		}
-		a.logger.Warn("duplicate rail submission attempted", "event", "duplicate_rail_submission_attempted",
-			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
-			"submissionId", adm.SubmissionID, "firstSubmissionId", m["firstSubmissionId"],
-			"firstSubmittedAt", m["firstSubmittedAt"], "firstOutcome", m["firstOutcome"])
-		return reply{status: http.StatusConflict, metric: metricDuplicate, problem: lockapi.NewProblem(http.StatusConflict,
-			lockapi.CodeDuplicateSubmission, "this payout already has a forwardable attempt; it is never presented to the rail twice", m)}
+		return a.duplicate(sub, adm)
 	}
 
 	// Step 3 is done: the intent is committed (outcome NULL), so should this
@@ -202,21 +175,32 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 		// Someone resolved the row first (the janitor, after a stall longer than
 		// any bound). The row is the audit trail: answer what it says, so the
 		// caller and the trail never disagree. The janitor already counted it.
-		a.logger.Warn("submission was already resolved; answering what its row says",
-			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", adm.SubmissionID,
-			"railSaid", outcome, "railReference", strOrNil(railRef), "declineReason", strOrNil(reason),
-			"rowSays", strOrNil(row.Outcome))
-		r := a.answerFromRow(sub, row)
-		r.metric = ""
-		return r
+		return a.alreadyResolved(sub, adm.SubmissionID, res, row)
 	}
+	a.logResolved(sub, adm.SubmissionID, call, res, wrote, time.Since(start))
+	return r
+}
 
-	elapsedMs := time.Since(start).Milliseconds()
-	switch outcome {
+// alreadyResolved answers what a row resolved by someone else says.
+func (a *admitter) alreadyResolved(sub Submission, id int64, res resolution, row Attempt) reply {
+	a.logger.Warn("submission was already resolved; answering what its row says",
+		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", id,
+		"railSaid", res.outcome, "railReference", strOrNil(res.railRef), "declineReason", strOrNil(res.reason),
+		"rowSays", strOrNil(row.Outcome))
+	r := a.answerFromRow(sub, row)
+	r.metric = ""
+	return r
+}
+
+// logResolved writes the log lines of a forwarded submission whose resolving
+// write went through: rail_ambiguous or rail_unavailable when the call says so,
+// and submission_resolved when this write resolved the row (C4).
+func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res resolution, wrote bool, took time.Duration) {
+	switch res.outcome {
 	case lockapi.OutcomeTimeout:
 		a.logger.Error("rail outcome ambiguous: do not resubmit, reconcile from the rail's records", "event", "rail_ambiguous",
 			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
-			"submissionId", adm.SubmissionID, "elapsedMs", call.Elapsed.Milliseconds(), "cause", call.Cause,
+			"submissionId", id, "elapsedMs", call.Elapsed.Milliseconds(), "cause", call.Cause,
 			"error", call.Err.Error())
 	case lockapi.OutcomeUnsent:
 		a.logger.Warn("rail unavailable: no connection could be opened, nothing was presented", "event", "rail_unavailable",
@@ -224,11 +208,61 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 			"error", call.Err.Error())
 	}
 	if wrote {
-		a.logger.Info("submission resolved", "event", "submission_resolved", "payoutId", sub.PayoutID,
-			"accountId", sub.AccountID, "submissionId", adm.SubmissionID, "outcome", outcome,
-			"railReference", strOrNil(railRef), "elapsedMs", elapsedMs)
+		// The one line every submission writes (C4): typed attributes, so that
+		// none of its values is boxed into an interface on the way.
+		ref := slog.Any("railReference", nil)
+		if res.railRef != nil {
+			ref = slog.String("railReference", *res.railRef)
+		}
+		a.logger.LogAttrs(context.Background(), slog.LevelInfo, "submission resolved",
+			slog.String("event", "submission_resolved"), slog.String("payoutId", sub.PayoutID),
+			slog.String("accountId", sub.AccountID), slog.Int64("submissionId", id), slog.String("outcome", res.outcome),
+			ref, slog.Int64("elapsedMs", took.Milliseconds()))
 	}
-	return r
+}
+
+// The paths below are methods of their own, not parts of submit: a goroutine
+// waits inside submit for the rail (up to RAIL_READ_TIMEOUT, 2,000 of them at
+// once under the bench's burst), and each log call's arguments are laid out in
+// its caller's stack frame. Kept in submit they made its frame 2.5 KiB, held
+// for the whole wait, and took many of those goroutines' stacks from 8 to 16 KiB
+// (TestInflightSubmissionsKeepSmallStacks; docs/contracts/rail-proxy.md
+// #performance, memory).
+
+// fenced answers a submission whose token did not pass the fence.
+func (a *admitter) fenced(sub Submission, adm Admission) reply {
+	// The token is not strictly greater than the mark: an older holder, or a
+	// replay of the same token. The rail is not called on this path — that
+	// is the whole point of the gate.
+	a.metrics.fencedOut.WithLabelValues("rail").Inc()
+	a.logger.Warn("submission fenced out", "event", "fenced_out", "resource", "rail",
+		"accountId", sub.AccountID, "payoutId", sub.PayoutID, "presentedToken", sub.Token,
+		"highestToken", adm.HighestToken, "ownerId", sub.OwnerID, "idempotencyKey", sub.IdempotencyKey,
+		"submissionId", adm.SubmissionID)
+	return reply{status: http.StatusConflict, metric: metricFenced, problem: lockapi.NewProblem(http.StatusConflict,
+		lockapi.CodeFencedOut, "the fencing token is not strictly greater than the account's high-water mark; a newer holder exists",
+		map[string]any{"presentedToken": sub.Token, "highestToken": adm.HighestToken, "submissionId": adm.SubmissionID})}
+}
+
+// duplicate answers a submission of a payout that has a forwardable attempt.
+func (a *admitter) duplicate(sub Submission, adm Admission) reply {
+	// The payout already has a forwardable attempt; the unique index, not a
+	// read, said so. The rail sees each payout at most once, ever.
+	a.metrics.duplicates.Inc()
+	m := map[string]any{"submissionId": adm.SubmissionID, "firstSubmissionId": nil, "firstSubmittedAt": nil,
+		"firstOutcome": nil, "firstRailReference": nil}
+	if f := adm.First; f != nil {
+		m["firstSubmissionId"] = f.SubmissionID
+		m["firstSubmittedAt"] = lockapi.UTC(f.SubmittedAt)
+		m["firstOutcome"] = strOrNil(f.Outcome)
+		m["firstRailReference"] = strOrNil(f.RailReference)
+	}
+	a.logger.Warn("duplicate rail submission attempted", "event", "duplicate_rail_submission_attempted",
+		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
+		"submissionId", adm.SubmissionID, "firstSubmissionId", m["firstSubmissionId"],
+		"firstSubmittedAt", m["firstSubmittedAt"], "firstOutcome", m["firstOutcome"])
+	return reply{status: http.StatusConflict, metric: metricDuplicate, problem: lockapi.NewProblem(http.StatusConflict,
+		lockapi.CodeDuplicateSubmission, "this payout already has a forwardable attempt; it is never presented to the rail twice", m)}
 }
 
 // answer maps a resolved outcome to the reply C3 pins for it.

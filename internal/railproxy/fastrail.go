@@ -77,22 +77,22 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 		IsTLS: isTLS,
 		// The dial, TLS handshake included, is part of obtaining the connection:
 		// bounded by RAIL_CONNECT_TIMEOUT. A dial error here is what UNSENT is.
+		//
+		// It runs on a goroutine of its own, which ends with it. The dial is the
+		// deepest call a submission makes (net's dialer, then connect), and on
+		// the submission's goroutine it grew that goroutine's stack from 8 to
+		// 16 KiB for good — kept while the goroutine waits for the rail, 2,000
+		// times over in the bench's burst of new accounts.
 		Dial: func(addr string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), connect)
-			defer cancel()
-			conn, err := dial(ctx, "tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			if !isTLS {
-				return conn, nil
-			}
-			tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
-			if err := tc.HandshakeContext(ctx); err != nil {
-				_ = conn.Close()
-				return nil, err
-			}
-			return tc, nil
+			done := make(chan dialed, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), connect)
+				defer cancel()
+				c, err := dialHop(ctx, dial, addr, isTLS, serverName)
+				done <- dialed{c, err}
+			}()
+			d := <-done
+			return d.conn, d.err
 		},
 		// Unbounded like net/http's transport: a call never waits for another's
 		// connection (a wait would be UNSENT time spent for nothing).
@@ -108,6 +108,28 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 	}
 }
 
+type dialed struct {
+	conn net.Conn
+	err  error
+}
+
+// dialHop opens one connection to the rail, with its TLS handshake when isTLS.
+func dialHop(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, isTLS bool, serverName string) (net.Conn, error) {
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !isTLS {
+		return conn, nil
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
 // hopState is what a round trip came to, besides its error (which wraps
 // errConnectBound or errReadTimeout when a deadline ended it): whether a
 // connection was obtained, whether it was a reused one, and whether any byte of
@@ -118,11 +140,19 @@ type hopState struct {
 	replyByte bool
 }
 
-// roundTrip sends req once on one connection and reads the reply into resp.
-func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, start time.Time) (hopState, error) {
+// roundTrip sends req once on one connection and reads the reply into a
+// response it acquires once the reply has begun, which the caller releases
+// (nil when no reply was read). It takes req and releases it once written.
+func (c *railClient) roundTrip(req *fasthttp.Request, start time.Time) (*fasthttp.Response, hopState, error) {
 	var st hopState
+	reqHeld := true
+	defer func() {
+		if reqHeld {
+			fasthttp.ReleaseRequest(req)
+		}
+	}()
 	if c.hop == nil {
-		return st, errors.New("rail client not configured")
+		return nil, st, errors.New("rail client not configured")
 	}
 	noReuse := c.idleTimeout == 0
 	phaseOne := start.Add(c.connectTimeout)
@@ -139,7 +169,7 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 		if time.Now().After(phaseOne) {
 			err = fmt.Errorf("%w (%v)", errConnectBound, err)
 		}
-		return st, err
+		return nil, st, err
 	}
 	st.gotConn = true
 	// A connection fresh from the dial has never been put back into the pool:
@@ -149,13 +179,13 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 	// phase is the bound of the phase the call is in: a deadline that fires is
 	// that bound.
 	phase := errConnectBound
-	fail := func(err error) (hopState, error) {
+	fail := func(err error) (*fasthttp.Response, hopState, error) {
 		c.hop.CloseConn(cc)
 		var te interface{ Timeout() bool }
 		if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &te) && te.Timeout()) {
 			err = fmt.Errorf("%w (%v)", phase, err)
 		}
-		return st, err
+		return nil, st, err
 	}
 
 	// Phase one, continued: the request written before RAIL_CONNECT_TIMEOUT
@@ -172,6 +202,8 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 		err = bw.Flush()
 	}
 	c.hop.ReleaseWriter(bw)
+	fasthttp.ReleaseRequest(req)
+	reqHeld = false
 	if err != nil {
 		return fail(err)
 	}
@@ -193,10 +225,12 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 	first.has = true
 	br := acquireHopReader(first)
 	defer releaseHopReader(br)
+	resp := fasthttp.AcquireResponse()
 	if err := resp.ReadLimitBody(br, maxRailReply); err != nil {
+		fasthttp.ReleaseResponse(resp)
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 			c.hop.CloseConn(cc)
-			return st, errReplyTooLarge
+			return nil, st, errReplyTooLarge
 		}
 		return fail(err)
 	}
@@ -206,7 +240,7 @@ func (c *railClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, s
 	} else {
 		c.hop.ReleaseConn(cc)
 	}
-	return st, nil
+	return resp, st, nil
 }
 
 // firstByteConn reads the byte already taken off conn, then conn.
@@ -257,17 +291,19 @@ func (c *railClient) Pay(_ context.Context, p railPayment) RailCall {
 		// Nothing was attempted.
 		return done(RailCall{Result: RailUnsent, Err: fmt.Errorf("encoding rail payment: %w", err)})
 	}
+	// The request is released once written and the response taken once the
+	// reply has begun (roundTrip): a call waiting for the rail holds neither.
 	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(c.paymentsURL)
 	req.Header.SetMethod(http.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json")
 	req.SetBodyRaw(body)
 
-	st, err := c.roundTrip(req, resp, start)
+	resp, st, err := c.roundTrip(req, start)
+	if resp != nil {
+		defer fasthttp.ReleaseResponse(resp)
+	}
 	switch {
 	case err == nil:
 	case !st.gotConn:

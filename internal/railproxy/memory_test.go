@@ -1,0 +1,134 @@
+package railproxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"lock.dev/internal/pgtest"
+	"lock.dev/lockapi"
+)
+
+// A submission waiting for the rail is one goroutine of the real binary, and
+// its stack stays at 8 KiB (docs/contracts/rail-proxy.md#performance, memory).
+// Two things grew it to 16 KiB for the whole wait, 2,000 times over in the
+// bench's burst: the dial of a new rail connection on the submission's own
+// goroutine (the deepest call it makes), and submit's 2.5 KiB frame of log
+// arguments. Every submission here is of a fresh account and dials its own
+// connection, as in the burst; the rail holds every call until the stacks have
+// been read. The binary is built without -race, which has stacks of its own.
+func TestInflightSubmissionsKeepSmallStacks(t *testing.T) {
+	t.Parallel()
+	const n = 500
+	hold := newHoldingRail(t)
+	dbURL := pgtest.PaydbURL(t)
+
+	bin := filepath.Join(t.TempDir(), "rail-proxy")
+	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL,
+		"LOG_LEVEL=error", "RAIL_PROXY_ADDR="+addr, "RAIL_READ_TIMEOUT=20s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "http://" + addr
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * n}, Timeout: time.Minute}
+	eventually(t, 20*time.Second, "the rail-proxy binary to be live", func() bool {
+		resp, err := client.Get(url + "/livez")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	before := scrapeValue(t, client, url, "go_memstats_stack_inuse_bytes")
+
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			body := newPayout(fmt.Sprintf("p-stack-%d", i), fmt.Sprintf("acct-stack-%d", i)).body()
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/rail/submissions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(lockapi.HeaderFencingToken, "1")
+			req.Header.Set(lockapi.HeaderOwnerID, "w")
+			req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("k-%d", i))
+			resp, err := client.Do(req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	hold.waitCalls(t, n) // every submission admitted, its connection dialled, its call held
+	inflight := scrapeValue(t, client, url, "rail_submission_inflight")
+	during := scrapeValue(t, client, url, "go_memstats_stack_inuse_bytes")
+	hold.release()
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || statuses[i] != http.StatusOK {
+			t.Fatalf("submission %d: status %d, error %v; stderr: %s", i, statuses[i], errs[i], stderr.String())
+		}
+	}
+	if inflight != n {
+		t.Fatalf("rail_submission_inflight = %v while the rail held %d calls", inflight, n)
+	}
+	perSub := (during - before) / n
+	t.Logf("goroutine stacks: %.1f MiB before, %.1f MiB with %d in flight: %.1f KiB each",
+		before/(1<<20), during/(1<<20), n, perSub/1024)
+	// 8 KiB stacks come to 9.5–11.5 KiB each here (the pool's new connections
+	// and the workers' stacks are shared out too); 16 KiB ones to 16.5 and more.
+	if perSub > 13<<10 {
+		t.Fatalf("each submission in flight holds %.1f KiB of goroutine stack; want at most 13 KiB (an 8 KiB stack)", perSub/1024)
+	}
+}
+
+// scrapeValue reads one unlabelled series from a process's /metrics.
+func scrapeValue(t testing.TB, c *http.Client, url, series string) float64 {
+	t.Helper()
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == series {
+			var v float64
+			if _, err := fmt.Sscan(f[1], &v); err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no series %s at %s/metrics", series, url)
+	return 0
+}
