@@ -2,14 +2,12 @@ package railproxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -312,37 +310,8 @@ func BenchmarkInflightRSS(b *testing.B) {
 
 	// The real binary, built here, so the figure is rail-proxy's and not the test
 	// binary's.
-	bin := b.TempDir() + "/rail-proxy"
-	if out, err := exec.Command("go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn", "RAIL_PROXY_ADDR="+addr)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "http://" + addr
+	url, stderr, pid := startBinary(b, "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}, Timeout: 30 * time.Second}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := client.Get(url + "/livez"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("child not live")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	l := newLoad(inflight)
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
@@ -372,7 +341,7 @@ func BenchmarkInflightRSS(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}

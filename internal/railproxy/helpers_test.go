@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -424,4 +426,49 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// startBinary builds cmd/rail-proxy (without -race, so that what is measured is
+// the real binary's), starts it on a free loopback port with env added to this
+// process's environment, and waits until it is live. It returns its base URL and
+// its standard error and process id; the process is killed when the test ends.
+func startBinary(t testing.TB, env ...string) (url string, stderr *logcapture.Buffer, pid int) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rail-proxy")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), "RAIL_PROXY_ADDR="+addr), env...)
+	stderr = &logcapture.Buffer{}
+	cmd.Stderr = stderr
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url = "http://" + addr
+	waitLive(t, url)
+	return url, stderr, cmd.Process.Pid
+}
+
+// waitLive waits up to 20 s for a rail-proxy process at url to answer /livez 200.
+func waitLive(t testing.TB, url string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the rail-proxy process to be live", func() bool {
+		resp, err := pollHTTP.Get(url + "/livez")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

@@ -80,14 +80,7 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 		t.Fatalf("child did not report its address: %v; stderr: %s", err, stderr.String())
 	}
 	childURL := "http://" + strings.TrimSpace(addr)
-	eventually(t, 20*time.Second, "the child proxy to be live", func() bool {
-		resp, err := http.Get(childURL + "/livez")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitLive(t, childURL)
 
 	go func() {
 		h := http.Header{}

@@ -2,13 +2,8 @@ package railproxy
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -32,37 +27,9 @@ func TestInflightSubmissionsKeepSmallStacks(t *testing.T) {
 	hold := newHoldingRail(t)
 	dbURL := pgtest.PaydbURL(t)
 
-	bin := filepath.Join(t.TempDir(), "rail-proxy")
-	bctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL,
-		"LOG_LEVEL=error", "RAIL_PROXY_ADDR="+addr, "RAIL_READ_TIMEOUT=20s")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "http://" + addr
+	url, stderr, _ := startBinary(t, "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL,
+		"LOG_LEVEL=error", "RAIL_READ_TIMEOUT=20s")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * n}, Timeout: time.Minute}
-	eventually(t, 20*time.Second, "the rail-proxy binary to be live", func() bool {
-		resp, err := client.Get(url + "/livez")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	before := scrapeValue(t, client, url, "go_memstats_stack_inuse_bytes")
 
 	var wg sync.WaitGroup
