@@ -108,6 +108,7 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 	}
 }
 
+// dialed is what a dial on its own goroutine came to.
 type dialed struct {
 	conn net.Conn
 	err  error
