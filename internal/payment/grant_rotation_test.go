@@ -2,11 +2,10 @@ package payment_test
 
 import (
 	"crypto/ed25519"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"lock.dev/internal/grant"
+	"lock.dev/internal/grant/granttest"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
@@ -22,24 +21,9 @@ import (
 func TestGrantKeyRotation(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.PaydbURL(t)
-	oldKey, oldFile := grantKeys(t)
-	newKey, newFile := grantKeys(t)
-	oldSet, _, err := grant.ReadKeySet(oldFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newSet, _, err := grant.ReadKeySet(newFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	both, err := newSet.Join(oldSet).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bothFile := filepath.Join(t.TempDir(), "both.json")
-	if err := os.WriteFile(bothFile, both, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	oldKey, oldFile := granttest.Keys(t)
+	newKey, newFile := granttest.Keys(t)
+	bothFile := granttest.JoinedKeySetFile(t, newFile, oldFile)
 	keys := func(file string) func(*payment.Config) {
 		return func(c *payment.Config) { c.GrantKeysFile = file }
 	}
@@ -63,7 +47,7 @@ func TestGrantKeyRotation(t *testing.T) {
 			{"p-new", "post", paid, "new", newKey, 2},
 			{"p-held", "claim", "", "old", oldKey, 3},
 		} {
-			st, body, _ := e.fenced(t, c.id, c.call, c.token, "w", []string{signGrant(t, c.key, "acct-1", c.token, "w")}, c.body)
+			st, body, _ := e.fenced(t, c.id, c.call, c.token, "w", []string{granttest.Sign(t, c.key, "acct-1", c.token, "w")}, c.body)
 			if st != 200 {
 				t.Fatalf("%s %s with a grant by the %s key, old and new keys set: %d %v, want 200", c.call, c.id, c.by, st, body)
 			}
@@ -86,7 +70,7 @@ func TestGrantKeyRotation(t *testing.T) {
 			{"p-held", "claim", ""},  // its claim, repeated
 		}
 		for _, c := range refused {
-			st, body, hdr := e.fenced(t, c.id, c.call, 3, "w", []string{signGrant(t, oldKey, "acct-1", 3, "w")}, c.body)
+			st, body, hdr := e.fenced(t, c.id, c.call, 3, "w", []string{granttest.Sign(t, oldKey, "acct-1", 3, "w")}, c.body)
 			if st != 401 || body["code"] != lockapi.CodeGrantRejected || body["reason"] != grant.ReasonUnknownKey ||
 				hdr.Get("WWW-Authenticate") != `LockGrant realm="lock.dev"` {
 				t.Errorf("%s %s with the dropped key's grant: %d %v, want 401 GRANT_REJECTED reason unknown_key", c.call, c.id, st, body)
@@ -103,7 +87,7 @@ func TestGrantKeyRotation(t *testing.T) {
 		}
 		// The new key's grants land: the held payout's next lease posts it.
 		for _, c := range []struct{ id, call, body string }{{"p-after", "claim", ""}, {"p-held", "claim", ""}, {"p-held", "post", paid}} {
-			st, body, _ := e.fenced(t, c.id, c.call, 4, "w", []string{signGrant(t, newKey, "acct-1", 4, "w")}, c.body)
+			st, body, _ := e.fenced(t, c.id, c.call, 4, "w", []string{granttest.Sign(t, newKey, "acct-1", 4, "w")}, c.body)
 			if st != 200 {
 				t.Errorf("%s %s with the new key's grant: %d %v, want 200", c.call, c.id, st, body)
 			}

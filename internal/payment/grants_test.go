@@ -2,7 +2,6 @@ package payment_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -14,38 +13,11 @@ import (
 
 	"lock.dev/internal/grant"
 	"lock.dev/internal/grant/forge"
+	"lock.dev/internal/grant/granttest"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
-
-// grantKeys makes a key pair with keygen: the private key (lock-server's) and
-// the key set file payment-resource is given.
-func grantKeys(t testing.TB) (ed25519.PrivateKey, string) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "keys")
-	if _, err := grant.Keygen(dir); err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := grant.ReadSigningKey(filepath.Join(dir, grant.SigningKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, filepath.Join(dir, grant.KeySetFile)
-}
-
-func signGrant(t testing.TB, key ed25519.PrivateKey, account string, token int64, owner string) string {
-	t.Helper()
-	s, err := grant.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := s.Sign(lockapi.AccountLockName(account), token, owner, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
 
 // fenced sends a claim (body "") or a post with the given grants (nil: none).
 func (e *env) fenced(t testing.TB, id, call string, token int64, owner string, grants []string, body string) (int, map[string]any, http.Header) {
@@ -84,12 +56,12 @@ func (e *env) fenced(t testing.TB, id, call string, token int64, owner string, g
 // ledger entry, moves no counter but grant_rejected_total.
 func TestGrantRefusalsChangeNothing(t *testing.T) {
 	t.Parallel()
-	key, keysFile := grantKeys(t)
+	key, keysFile := granttest.Keys(t)
 	e := start(t, func(c *payment.Config) { c.GrantKeysFile = keysFile })
 	e.create(t, "p-1", "acct-1", 500)
 	e.create(t, "p-10", "acct-10", 700)
 	// p-1 is claimed and awaiting its post by an honest holder with token 40.
-	if _, err := e.client.ClaimWithGrant(context.Background(), "p-1", 40, signGrant(t, key, "acct-1", 40, "worker-1"), "worker-1"); err != nil {
+	if _, err := e.client.ClaimWithGrant(context.Background(), "p-1", 40, granttest.Sign(t, key, "acct-1", 40, "worker-1"), "worker-1"); err != nil {
 		t.Fatal(err)
 	}
 	before := e.snapshot(t)
@@ -141,7 +113,7 @@ func TestGrantRefusalsChangeNothing(t *testing.T) {
 		}
 	}
 	// The honest holder's post, with its grant, still lands.
-	if _, err := e.client.PostWithGrant(context.Background(), "p-1", 40, signGrant(t, key, "acct-1", 40, "worker-1"), "worker-1",
+	if _, err := e.client.PostWithGrant(context.Background(), "p-1", 40, granttest.Sign(t, key, "acct-1", 40, "worker-1"), "worker-1",
 		lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: ptr("RS-1")}); err != nil {
 		t.Errorf("honest post: %v", err)
 	}
@@ -152,11 +124,11 @@ func TestGrantRefusalsChangeNothing(t *testing.T) {
 // caller without a grant learns nothing of the payout's state.
 func TestGrantPrecedenceAtPaymentResource(t *testing.T) {
 	t.Parallel()
-	key, keysFile := grantKeys(t)
+	key, keysFile := granttest.Keys(t)
 	e := start(t, func(c *payment.Config) { c.GrantKeysFile = keysFile })
 	e.create(t, "p-final", "acct-1", 500)
 	e.create(t, "p-claimed", "acct-1", 500)
-	g := func(token int64) string { return signGrant(t, key, "acct-1", token, "w") }
+	g := func(token int64) string { return granttest.Sign(t, key, "acct-1", token, "w") }
 	ctx := context.Background()
 	if _, err := e.client.ClaimWithGrant(ctx, "p-final", 10, g(10), "w"); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package railproxy
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,38 +14,11 @@ import (
 
 	"lock.dev/internal/grant"
 	"lock.dev/internal/grant/forge"
+	"lock.dev/internal/grant/granttest"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
-
-// grantKeys makes a key pair with keygen: the private key (lock-server's) and
-// the key set file a fence point is given.
-func grantKeys(t testing.TB) (ed25519.PrivateKey, string) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "keys")
-	if _, err := grant.Keygen(dir); err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := grant.ReadSigningKey(filepath.Join(dir, grant.SigningKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, filepath.Join(dir, grant.KeySetFile)
-}
-
-func signGrant(t testing.TB, key ed25519.PrivateKey, account string, token int64, owner string) string {
-	t.Helper()
-	s, err := grant.NewSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := s.Sign(lockapi.AccountLockName(account), token, owner, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
 
 // submitGranted posts a submission with the given X-Fencing-Grant values (nil:
 // none).
@@ -73,13 +45,13 @@ func TestGrantRefusalsWriteNothingForwardNothing(t *testing.T) {
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
 	stub := startStub(t, 0)
-	key, keysFile := grantKeys(t)
+	key, keysFile := granttest.Keys(t)
 	cfg := testConfig(dbURL, stub.URL)
 	cfg.GrantKeysFile = keysFile
 	p := startProxy(t, cfg)
 
 	// An honest holder of acct-1 sets the mark at 5.
-	if a := submitGranted(t, p.URL, 5, "worker-1", newPayout("p-honest", "acct-1"), []string{signGrant(t, key, "acct-1", 5, "worker-1")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 5, "worker-1", newPayout("p-honest", "acct-1"), []string{granttest.Sign(t, key, "acct-1", 5, "worker-1")}); a.Status != 200 {
 		t.Fatalf("honest submission: %d %v", a.Status, a.Body)
 	}
 
@@ -148,7 +120,7 @@ func TestGrantRefusalsWriteNothingForwardNothing(t *testing.T) {
 	}
 
 	// The same request with its own grant is admitted: each refusal was the grant's.
-	if a := submitGranted(t, p.URL, 42, "worker-1", newPayout("p-honest-2", "acct-1"), []string{signGrant(t, key, "acct-1", 42, "worker-1")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 42, "worker-1", newPayout("p-honest-2", "acct-1"), []string{granttest.Sign(t, key, "acct-1", 42, "worker-1")}); a.Status != 200 {
 		t.Fatalf("honest submission with token 42: %d %v", a.Status, a.Body)
 	}
 }
@@ -161,7 +133,7 @@ func TestGrantPrecedence(t *testing.T) {
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
 	stub := startStub(t, 0)
-	key, keysFile := grantKeys(t)
+	key, keysFile := granttest.Keys(t)
 	cfg := testConfig(dbURL, stub.URL)
 	cfg.GrantKeysFile = keysFile
 	p := startProxy(t, cfg)
@@ -174,7 +146,7 @@ func TestGrantPrecedence(t *testing.T) {
 		t.Errorf("malformed request without a grant: %d %s, want 400 INVALID_REQUEST", a.Status, a.code())
 	}
 
-	if a := submitGranted(t, p.URL, 10, "worker-1", newPayout("p-2", "acct-1"), []string{signGrant(t, key, "acct-1", 10, "worker-1")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 10, "worker-1", newPayout("p-2", "acct-1"), []string{granttest.Sign(t, key, "acct-1", 10, "worker-1")}); a.Status != 200 {
 		t.Fatalf("honest submission: %d %v", a.Status, a.Body)
 	}
 	// Token 3 is below the mark (10): without a valid grant it is refused for the
@@ -190,7 +162,7 @@ func TestGrantPrecedence(t *testing.T) {
 		t.Error("a refused grant was logged fenced_out")
 	}
 	// With its real grant the same stale token reaches the fence and is FENCED.
-	a = submitGranted(t, p.URL, 3, "worker-1", newPayout("p-3", "acct-1"), []string{signGrant(t, key, "acct-1", 3, "worker-1")})
+	a = submitGranted(t, p.URL, 3, "worker-1", newPayout("p-3", "acct-1"), []string{granttest.Sign(t, key, "acct-1", 3, "worker-1")})
 	if a.Status != 409 || a.code() != lockapi.CodeFencedOut {
 		t.Errorf("stale token with its grant: %d %v, want 409 FENCED_OUT", a.Status, a.Body)
 	}
@@ -222,25 +194,16 @@ func TestGrantKeyRotation(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.PaydbURL(t)
 	stub := startStub(t, 0)
-	oldKey, oldFile := grantKeys(t)
-	newKey, newFile := grantKeys(t)
-	oldSet, _, _ := grant.ReadKeySet(oldFile)
-	newSet, _, _ := grant.ReadKeySet(newFile)
-	both, err := newSet.Join(oldSet).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bothFile := filepath.Join(t.TempDir(), "both.json")
-	if err := os.WriteFile(bothFile, both, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	oldKey, oldFile := granttest.Keys(t)
+	newKey, newFile := granttest.Keys(t)
+	bothFile := granttest.JoinedKeySetFile(t, newFile, oldFile)
 	cfg := testConfig(dbURL, stub.URL)
 	cfg.GrantKeysFile = bothFile
 	p := startProxy(t, cfg)
-	if a := submitGranted(t, p.URL, 1, "w", newPayout("p-1", "acct-1"), []string{signGrant(t, oldKey, "acct-1", 1, "w")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 1, "w", newPayout("p-1", "acct-1"), []string{granttest.Sign(t, oldKey, "acct-1", 1, "w")}); a.Status != 200 {
 		t.Errorf("old key's grant with old+new keys: %d %v", a.Status, a.Body)
 	}
-	if a := submitGranted(t, p.URL, 2, "w", newPayout("p-2", "acct-1"), []string{signGrant(t, newKey, "acct-1", 2, "w")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 2, "w", newPayout("p-2", "acct-1"), []string{granttest.Sign(t, newKey, "acct-1", 2, "w")}); a.Status != 200 {
 		t.Errorf("new key's grant with old+new keys: %d %v", a.Status, a.Body)
 	}
 	if err := p.Stop(); err != nil {
@@ -248,10 +211,10 @@ func TestGrantKeyRotation(t *testing.T) {
 	}
 	cfg.GrantKeysFile = newFile
 	p = startProxy(t, cfg)
-	if a := submitGranted(t, p.URL, 3, "w", newPayout("p-3", "acct-1"), []string{signGrant(t, oldKey, "acct-1", 3, "w")}); a.Status != 401 || a.str("reason") != grant.ReasonUnknownKey {
+	if a := submitGranted(t, p.URL, 3, "w", newPayout("p-3", "acct-1"), []string{granttest.Sign(t, oldKey, "acct-1", 3, "w")}); a.Status != 401 || a.str("reason") != grant.ReasonUnknownKey {
 		t.Errorf("old key's grant after the old key was dropped: %d %v, want 401 unknown_key", a.Status, a.Body)
 	}
-	if a := submitGranted(t, p.URL, 4, "w", newPayout("p-4", "acct-1"), []string{signGrant(t, newKey, "acct-1", 4, "w")}); a.Status != 200 {
+	if a := submitGranted(t, p.URL, 4, "w", newPayout("p-4", "acct-1"), []string{granttest.Sign(t, newKey, "acct-1", 4, "w")}); a.Status != 200 {
 		t.Errorf("new key's grant with the new key only: %d %v", a.Status, a.Body)
 	}
 }
@@ -260,7 +223,7 @@ func TestGrantKeyRotation(t *testing.T) {
 // refuses to start, naming it (exit 2).
 func TestBadGrantKeysFileIsABadSetting(t *testing.T) {
 	t.Parallel()
-	_, keysFile := grantKeys(t)
+	_, keysFile := granttest.Keys(t)
 	dir := filepath.Dir(keysFile)
 	onlyRSA := filepath.Join(t.TempDir(), "rsa.json")
 	_ = os.WriteFile(onlyRSA, []byte(`{"keys":[{"kty":"RSA","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}]}`), 0o644)
