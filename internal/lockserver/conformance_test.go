@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/url"
 	"testing"
 
 	"lock.dev/api"
@@ -30,13 +29,7 @@ var exempt = append(apitest.ServeEndpoints500(),
 // running server (an error PostgreSQL reports that is not unavailability).
 func TestConformanceRareAnswers(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.LockdbURL(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	s := startServer(t, testConfig(proxy.proxiedURL(t, dbURL)))
+	s, proxy := startBehindProxy(t)
 	status := func(method, u string, h http.Header, body []byte) answer {
 		t.Helper()
 		a, err := send(method, u, h, body)

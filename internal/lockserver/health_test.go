@@ -3,7 +3,6 @@ package lockserver
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -90,13 +89,7 @@ func ready(t *testing.T, base string) (int, readiness) {
 // when lockdb refuses connections and when it stalls past the 2 s bound.
 func TestReadinessAndUnavailableFollowLockdb(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.LockdbURL(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	s := startServer(t, testConfig(proxy.proxiedURL(t, dbURL)))
+	s, proxy := startBehindProxy(t)
 
 	if code, r := ready(t, s.URL); code != http.StatusOK || r.Status != "UP" || r.Components["db"].Status != "UP" {
 		t.Fatalf("readyz with lockdb up: %d %+v", code, r)

@@ -301,6 +301,19 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	return p
 }
 
+// startBehindProxy starts a lock-server on a fresh lockdb that it reaches only
+// through a tcpProxy the test controls (refuse, stall, restore).
+func startBehindProxy(t *testing.T) (*testServer, *tcpProxy) {
+	t.Helper()
+	dbURL := pgtest.LockdbURL(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	return startServer(t, testConfig(proxy.proxiedURL(t, dbURL))), proxy
+}
+
 // proxiedURL is dbURL with its host replaced by the proxy's.
 func (p *tcpProxy) proxiedURL(t *testing.T, dbURL string) string {
 	t.Helper()
