@@ -40,13 +40,13 @@ func newLogger(cfg Config) (*slog.Logger, error) {
 }
 
 // newServeLogger is the logger of a serving proxy: on stdout its lines are
-// batched (logWriter); close writes what is left, and must be called last.
+// batched (serve.LogWriter); close writes what is left, and must be called last.
 func newServeLogger(cfg Config) (*slog.Logger, func(), error) {
 	if cfg.LogOutput != nil {
 		l, err := newLogger(cfg)
 		return l, func() {}, err
 	}
-	lw := newLogWriter(os.Stdout)
+	lw := serve.NewLogWriter(os.Stdout)
 	l, err := serve.NewLogger(lw, "rail-proxy", cfg.LogLevel)
 	if err != nil {
 		_ = lw.Close()
@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 		"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
 		"paydbMaxConns", cfg.PaydbMaxConns)
-	err = serveFast(ctx, ln, serve.Handler(mux, logger), health, logger)
+	err = serve.ServeFast(ctx, ln, serve.Handler(mux, logger), health, logger)
 	// A submission whose connection outlived the drain grace is still carried to
 	// its answer and its row resolved before the pool closes, and a resolving
 	// write paydb did not take is still tried until shortly before its row's

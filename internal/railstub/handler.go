@@ -156,7 +156,10 @@ const (
 // delay waits ms milliseconds before a reply. Once shutdown begins a pending
 // reply still gets drainReplies to come due; one that would be later is dropped
 // instead, as by a rail going down mid-flight, so the drain ends within its grace.
-// The payment is booked either way.
+// The payment is booked either way. A caller that leaves ends the wait only under
+// net/http (Handler in a test's server): the binary's server (serve.ServeFast)
+// does not cancel a request's context, and the reply then goes to a closed
+// connection.
 func (s *Stub) delay(ctx context.Context, ms int) delayResult {
 	if ms <= 0 {
 		return delayDone

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"lock.dev/internal/logcapture"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"lock.dev/internal/logcapture"
+	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
 
@@ -39,18 +40,31 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	// Every exchange with the stub is checked against api/rail-stub.json, and
-	// its findings fail t: Track's cleanup runs after the one below, which
-	// closes the server once every request has been answered.
-	srv := httptest.NewServer(conformance.Handler(s.Handler()))
-	conformance.Track(t, srv.URL)
+	// Served by the server the binary runs (serve.ServeFast's). Every exchange
+	// with the stub is checked against api/rail-stub.json, and its findings fail
+	// t: Track's cleanup runs after the one below, which closes the server once
+	// every request has been answered.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve.NewFastServer(conformance.Handler(s.Handler()), s.logger)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	conformance.Track(t, url)
 	t.Cleanup(func() {
-		srv.Close()
+		if err := srv.Shutdown(); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return &testStub{Stub: s, URL: srv.URL, Client: NewClient(srv.URL), logs: logs}
+	return &testStub{Stub: s, URL: url, Client: NewClient(url), logs: logs}
 }
 
 type syncBuffer struct{ logcapture.Buffer }

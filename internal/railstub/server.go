@@ -31,6 +31,7 @@ type Stub struct {
 	metrics *metrics
 	health  *serve.Health
 	handler http.Handler
+	logOut  *serve.LogWriter // nil when cfg.LogOutput was given
 
 	// stopping is closed when shutdown begins; delayed replies still pending
 	// drainReplies later are dropped, so the drain ends inside its grace.
@@ -46,12 +47,17 @@ func New(cfg Config) (*Stub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// On stdout the lines are batched: a write(2) per call, on the way to the
+	// reply, was an eighth of the stub's CPU.
+	var logOut *serve.LogWriter
 	out := cfg.LogOutput
 	if out == nil {
-		out = os.Stdout
+		logOut = serve.NewLogWriter(os.Stdout)
+		out = logOut
 	}
 	logger, err := serve.NewLogger(out, "rail-stub", cfg.LogLevel)
 	if err != nil {
+		closeLog(logOut)
 		return nil, err
 	}
 	seed, chosen := int64(0), cfg.Seed == nil
@@ -62,6 +68,7 @@ func New(cfg Config) (*Stub, error) {
 	}
 	calls, torn, err := openCallLog(cfg.CallLogPath)
 	if err != nil {
+		closeLog(logOut)
 		return nil, err
 	}
 	if torn > 0 {
@@ -76,6 +83,7 @@ func New(cfg Config) (*Stub, error) {
 		stopping:     make(chan struct{}),
 		drainReplies: drain,
 		logger:       logger,
+		logOut:       logOut,
 		calls:        calls,
 		chaos:        newChaos(Chaos{LatencyMs: cfg.LatencyMs, DeclineRate: cfg.DeclineRate, DropRate: cfg.DropRate, Seed: seed}),
 		reg:          serve.NewRegistry(),
@@ -111,9 +119,19 @@ func (s *Stub) routes() *http.ServeMux {
 // Handler serves every route, health and metrics included.
 func (s *Stub) Handler() http.Handler { return s.handler }
 
-// Close stops booking calls (later ones answer 503, unrecorded) and closes the
-// call-log file after a last fsync.
-func (s *Stub) Close() error { return s.calls.close() }
+// Close stops booking calls (later ones answer 503, unrecorded), closes the
+// call-log file after a last fsync, and writes the log lines still batched.
+func (s *Stub) Close() error {
+	err := s.calls.close()
+	closeLog(s.logOut)
+	return err
+}
+
+func closeLog(w *serve.LogWriter) {
+	if w != nil {
+		_ = w.Close()
+	}
+}
 
 // stop tells pending delayed replies that shutdown has begun.
 func (s *Stub) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
@@ -138,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	stopAfter := context.AfterFunc(ctx, s.stop)
 	defer stopAfter()
-	if err := serve.Serve(ctx, ln, s.handler, s.health, s.logger); err != nil {
+	if err := serve.ServeFast(ctx, ln, s.handler, s.health, s.logger); err != nil {
 		return fmt.Errorf("rail-stub: %w", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
-package railproxy
+package serve
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -14,15 +15,15 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
 
-// rail-proxy's HTTP server is fasthttp's: one goroutine per connection and no
-// background reader (net/http runs two goroutines per connection), its buffers
-// pooled, and an answer written in one write. Every route still runs through the
-// same net/http handlers (serve.Handler around the mux: 404/405, panics → 500,
-// request_refused logging, the grant gate), handed an *http.Request and an
+// The HTTP server of the services on the payout path (rail-proxy, and rail-stub,
+// which stands in for the rail beside it) is fasthttp's: one goroutine per
+// connection and no background reader (net/http runs two goroutines per
+// connection), its buffers pooled, and an answer written in one write. Every route
+// still runs through the same net/http handlers (Handler around the mux: 404/405,
+// panics → 500, request_refused logging), handed an *http.Request and an
 // http.ResponseWriter of our own (toHTTPRequest, fastWriter) on the connection's
 // own goroutine — fasthttpadaptor is not used: it buffers the whole request body
 // (no bound) and runs each handler on a goroutine of its own.
@@ -35,17 +36,21 @@ import (
 //     (MaxDrainBytes), exactly as over net/http; fasthttp itself discards at most
 //     256 KiB a handler left unread, and closes the connection otherwise;
 //   - graceful drain: no new connections, in-flight requests finish within
-//     serve.ShutdownGrace.
+//     ShutdownGrace.
+//
+// What net/http has and this does not: a request's context is not cancelled when
+// its client goes away (fasthttp does not watch the connection while the handler
+// runs), so a handler that waits learns of it only when it writes.
 
 // serverReadBuffer is the per-connection read buffer: request headers must fit in
 // it (fasthttp answers 431 otherwise).
 const serverReadBuffer = 4 << 10
 
-// serveFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
-// no new connections, in-flight requests get serve.ShutdownGrace to finish. It
+// ServeFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
+// no new connections, in-flight requests get ShutdownGrace to finish. It
 // returns nil after a clean drain.
-func serveFast(ctx context.Context, ln net.Listener, h http.Handler, health *serve.Health, logger *slog.Logger) error {
-	srv := newFastServer(h, logger)
+func ServeFast(ctx context.Context, ln net.Listener, h http.Handler, health *Health, logger *slog.Logger) error {
+	srv := NewFastServer(h, logger)
 	health.SetLogger(logger)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -56,9 +61,9 @@ func serveFast(ctx context.Context, ln net.Listener, h http.Handler, health *ser
 	case <-ctx.Done():
 	}
 	health.Drain()
-	logger.Info("shutting down", "grace", serve.ShutdownGrace.String())
+	logger.Info("shutting down", "grace", ShutdownGrace.String())
 	// A fresh context: the one that told us to stop is already cancelled.
-	sctx, cancel := context.WithTimeout(context.Background(), serve.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
 	if err := srv.ShutdownWithContext(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
@@ -70,14 +75,16 @@ func serveFast(ctx context.Context, ln net.Listener, h http.Handler, health *ser
 	return nil
 }
 
-func newFastServer(h http.Handler, logger *slog.Logger) *fasthttp.Server {
+// NewFastServer is the server ServeFast runs, for tests that serve a handler the
+// way the binary does.
+func NewFastServer(h http.Handler, logger *slog.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:     fastHandler(h, logger),
-		ReadTimeout: serve.ReadHeaderTimeout,
+		ReadTimeout: ReadHeaderTimeout,
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: serve.ReadTimeout - serve.ReadHeaderTimeout}
+			return fasthttp.RequestConfig{ReadTimeout: ReadTimeout - ReadHeaderTimeout}
 		},
-		IdleTimeout:                   serve.IdleTimeout,
+		IdleTimeout:                   IdleTimeout,
 		StreamRequestBody:             true,
 		MaxRequestBodySize:            lockapi.MaxBodyBytes + 1, // read ahead at most; the handler reads the rest
 		ReadBufferSize:                serverReadBuffer,
@@ -152,8 +159,8 @@ func fastHandler(h http.Handler, logger *slog.Logger) fasthttp.RequestHandler {
 	return func(fc *fasthttp.RequestCtx) {
 		w := &fastWriter{fc: fc}
 		defer func() {
-			// serve.Handler answers a handler's panic 500; what reaches here
-			// (http.ErrAbortHandler, or a panic in serve.Handler itself) ends
+			// Handler answers a handler's panic 500; what reaches here
+			// (http.ErrAbortHandler, or a panic in Handler itself) ends
 			// the connection, as net/http would.
 			if v := recover(); v != nil {
 				if v != http.ErrAbortHandler {
@@ -257,7 +264,8 @@ func parseRawHeaders(raw []byte, h http.Header) {
 
 // fastWriter is the http.ResponseWriter of one request: the status and headers
 // go to fasthttp's response when the handler writes, the body is buffered, and
-// fasthttp writes the whole answer at once when the handler returns.
+// fasthttp writes the whole answer at once when the handler returns — unless the
+// handler hijacked the connection.
 type fastWriter struct {
 	fc     *fasthttp.RequestCtx
 	header http.Header
@@ -300,6 +308,20 @@ func (w *fastWriter) Write(b []byte) (int, error) {
 	}
 	w.fc.Response.AppendBody(b)
 	return len(b), nil
+}
+
+// Hijack hands the handler the connection (http.Hijacker, which
+// http.ResponseController uses): fasthttp then writes no answer on it and closes
+// it once the handler has returned. Bytes fasthttp had already read past this
+// request (a pipelined next one) are not in the returned reader.
+func (w *fastWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c := w.fc.Conn()
+	if c == nil {
+		return nil, nil, errors.New("no connection to hijack")
+	}
+	w.fc.HijackSetNoResponse(true)
+	w.fc.Hijack(func(net.Conn) {})
+	return c, bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c)), nil
 }
 
 // finish answers 200 with no body when the handler wrote nothing, as net/http does.

@@ -1,4 +1,4 @@
-package railproxy
+package serve
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	t.Parallel()
 	out := &lockedBuffer{}
-	w := newLogWriter(out)
+	w := NewLogWriter(out)
 	const writers, lines = 8, 2000
 	pad := strings.Repeat("x", 200) // 8 × 2000 × ~210 B: several times maxLogBatch
 	var wg sync.WaitGroup

@@ -1,11 +1,11 @@
-package railproxy
+package serve
 
 import (
 	"io"
 	"sync"
 )
 
-// logWriter batches log lines on their way to stdout: a line is appended to a
+// LogWriter batches log lines on their way to stdout: a line is appended to a
 // buffer and one goroutine writes whatever has gathered, so under load many lines
 // go out in one write(2) (one per submission was 3 % of rail-proxy's CPU), while a
 // lone line is written as soon as that goroutine runs — no timer, no delay.
@@ -14,7 +14,7 @@ import (
 // than growing the buffer). Close writes what is left. A process killed outright
 // loses only the lines of the last moment, which a per-line write would have lost
 // too when they were still being formatted.
-type logWriter struct {
+type LogWriter struct {
 	out io.Writer
 
 	wmu sync.Mutex // held while writing to out: batches go out in order
@@ -30,14 +30,14 @@ type logWriter struct {
 // maxLogBatch bounds the bytes waiting to be written.
 const maxLogBatch = 256 << 10
 
-func newLogWriter(out io.Writer) *logWriter {
-	w := &logWriter{out: out, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+func NewLogWriter(out io.Writer) *LogWriter {
+	w := &LogWriter{out: out, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go w.run()
 	return w
 }
 
 // Write queues p, which must be whole lines (slog writes one record per call).
-func (w *logWriter) Write(p []byte) (int, error) {
+func (w *LogWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -62,7 +62,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 // flushLocked writes what has gathered; wmu must be held.
-func (w *logWriter) flushLocked() {
+func (w *LogWriter) flushLocked() {
 	w.mu.Lock()
 	b := w.buf
 	w.buf = w.spare[:0]
@@ -77,7 +77,7 @@ func (w *logWriter) flushLocked() {
 	w.mu.Unlock()
 }
 
-func (w *logWriter) run() {
+func (w *LogWriter) run() {
 	defer close(w.stopped)
 	for range w.kick {
 		w.wmu.Lock()
@@ -88,7 +88,7 @@ func (w *logWriter) run() {
 
 // Close writes every queued line and stops the writing goroutine; later lines
 // are written directly.
-func (w *logWriter) Close() error {
+func (w *LogWriter) Close() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()

@@ -1,4 +1,4 @@
-package railproxy
+package serve
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // that cannot be parsed still gets its problem document.
 func TestReadTimeoutClosesWithoutAnswer(t *testing.T) {
 	t.Parallel()
-	srv := newFastServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := NewFastServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}), slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	srv.ReadTimeout = 300 * time.Millisecond
