@@ -52,27 +52,7 @@ const serverReadBuffer = 4 << 10
 func ServeFast(ctx context.Context, ln net.Listener, h http.Handler, health *Health, logger *slog.Logger) error {
 	srv := NewFastServer(h, logger)
 	health.SetLogger(logger)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String())
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	health.Drain()
-	logger.Info("shutting down", "grace", ShutdownGrace.String())
-	// A fresh context: the one that told us to stop is already cancelled.
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
-	defer cancel()
-	if err := srv.ShutdownWithContext(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-errc; err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("stopped")
-	return nil
+	return serveUntil(ctx, ln, health, logger, srv.Serve, srv.ShutdownWithContext, nil)
 }
 
 // NewFastServer is the server ServeFast runs, for tests that serve a handler the

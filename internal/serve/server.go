@@ -310,8 +310,22 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 		health.logger = logger
 	}
 	health.mu.Unlock()
+	return serveUntil(ctx, ln, health, logger, srv.Serve, func(sctx context.Context) error {
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+			return err
+		}
+		return nil
+	}, http.ErrServerClosed)
+}
+
+// serveUntil runs serve on ln until ctx is cancelled, then drains: readiness
+// DOWN, shutdown given ShutdownGrace. serve's return after a clean shutdown is
+// nil or closed. Serve and ServeFast share it.
+func serveUntil(ctx context.Context, ln net.Listener, health *Health, logger *slog.Logger,
+	serve func(net.Listener) error, shutdown func(context.Context) error, closed error) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:
@@ -323,11 +337,10 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 	// A fresh context: the one that told us to stop is already cancelled.
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
+	if err := shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := <-errc; err != nil && !errors.Is(err, closed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	logger.Info("stopped")
