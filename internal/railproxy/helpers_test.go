@@ -336,7 +336,13 @@ func scrape(t testing.TB, url string) string {
 // -1 when it is absent.
 func metric(t testing.TB, p *proxy, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(scrape(t, p.URL+"/metrics"), "\n") {
+	return metricAt(t, p.URL, series)
+}
+
+// metricAt is metric for the rail-proxy process at base.
+func metricAt(t testing.TB, base, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(scrape(t, base+"/metrics"), "\n") {
 		if strings.HasPrefix(line, series+" ") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(series):]), 64)
 			if err != nil {

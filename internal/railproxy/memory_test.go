@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func TestInflightSubmissionsKeepSmallStacks(t *testing.T) {
 	url, stderr, _ := startBinary(t, "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL,
 		"LOG_LEVEL=error", "RAIL_READ_TIMEOUT=20s")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * n}, Timeout: time.Minute}
-	before := scrapeValue(t, client, url, "go_memstats_stack_inuse_bytes")
+	before := metricAt(t, url, "go_memstats_stack_inuse_bytes")
 
 	var wg sync.WaitGroup
 	statuses := make([]int, n)
@@ -53,8 +52,11 @@ func TestInflightSubmissionsKeepSmallStacks(t *testing.T) {
 		})
 	}
 	hold.waitCalls(t, n) // every submission admitted, its connection dialled, its call held
-	inflight := scrapeValue(t, client, url, "rail_submission_inflight")
-	during := scrapeValue(t, client, url, "go_memstats_stack_inuse_bytes")
+	inflight := metricAt(t, url, "rail_submission_inflight")
+	during := metricAt(t, url, "go_memstats_stack_inuse_bytes")
+	if before < 0 || during < 0 {
+		t.Fatal("go_memstats_stack_inuse_bytes is not exposed")
+	}
 	hold.release()
 	wg.Wait()
 	for i := range n {
@@ -73,29 +75,4 @@ func TestInflightSubmissionsKeepSmallStacks(t *testing.T) {
 	if perSub > 13<<10 {
 		t.Fatalf("each submission in flight holds %.1f KiB of goroutine stack; want at most 13 KiB (an 8 KiB stack)", perSub/1024)
 	}
-}
-
-// scrapeValue reads one unlabelled series from a process's /metrics.
-func scrapeValue(t testing.TB, c *http.Client, url, series string) float64 {
-	t.Helper()
-	resp, err := c.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == series {
-			var v float64
-			if _, err := fmt.Sscan(f[1], &v); err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return v
-		}
-	}
-	t.Fatalf("no series %s at %s/metrics", series, url)
-	return 0
 }
