@@ -2,13 +2,10 @@ package railstub
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"lock.dev/internal/serve"
 )
 
 // BenchmarkPayment measures accepted payments per second over real HTTP, many
@@ -31,15 +28,8 @@ func BenchmarkPayment(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			// The binary's server (serve.ServeFast's).
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := serve.NewFastServer(s.Handler(), s.logger)
-			go func() { _ = srv.Serve(ln) }()
-			defer func() { _ = srv.Shutdown(); _ = s.Close() }()
-			url := "http://" + ln.Addr().String()
+			url, shutdown := serveFast(b, s.Handler(), s)
+			defer func() { _ = shutdown(); _ = s.Close() }()
 			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 			body := mustJSON(b, payment("p-bench"))
 			b.SetParallelism(16)

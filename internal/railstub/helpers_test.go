@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -44,27 +45,40 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	// with the stub is checked against api/rail-stub.json, and its findings fail
 	// t: Track's cleanup runs after the one below, which closes the server once
 	// every request has been answered.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := serve.NewFastServer(conformance.Handler(s.Handler()), s.logger)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	url := "http://" + ln.Addr().String()
+	url, shutdown := serveFast(t, conformance.Handler(s.Handler()), s)
 	conformance.Track(t, url)
 	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Errorf("server shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
+		if err := shutdown(); err != nil {
+			t.Error(err)
 		}
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
 	return &testStub{Stub: s, URL: url, Client: NewClient(url), logs: logs}
+}
+
+// serveFast serves h on a loopback port with the server the binary runs
+// (serve.NewFastServer). shutdown stops it once every request has been
+// answered and reports what went wrong, if anything.
+func serveFast(tb testing.TB, h http.Handler, s *Stub) (url string, shutdown func() error) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := serve.NewFastServer(h, s.logger)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() error {
+		if err := srv.Shutdown(); err != nil {
+			return fmt.Errorf("server shutdown: %w", err)
+		}
+		if err := <-served; err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	}
 }
 
 type syncBuffer struct{ logcapture.Buffer }
