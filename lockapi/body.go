@@ -31,6 +31,12 @@ func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {
 		return nil, tooLarge()
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		// The server already knows the body is too large (http.MaxBytesReader,
+		// or a body the server refused to read).
+		drainOversized(r)
+		return nil, tooLarge()
+	}
 	if err != nil {
 		return nil, &BodyFault{Status: http.StatusBadRequest,
 			Errors: []FieldError{{Field: "body", Problem: "could not be read: " + err.Error()}}}

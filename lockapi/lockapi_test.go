@@ -1,6 +1,7 @@
 package lockapi
 
 import (
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -141,5 +142,25 @@ func TestMaskBeneficiary(t *testing.T) {
 	}
 	if got := MaskBeneficiary("abc"); got != "****" {
 		t.Fatalf("short value leaked: %q", got)
+	}
+}
+
+// A body the server already knows is too large — its read fails as
+// http.MaxBytesReader's does past the limit, as serve's refused bodies do — is a
+// 413, after the content type's 415, and never a 400 "could not be read".
+func TestReadJSONBodyKnownTooLarge(t *testing.T) {
+	body := `{"payoutId":"` + strings.Repeat("x", 100) + `"}`
+	for _, c := range []struct {
+		contentType string
+		status      int
+	}{{"application/json", http.StatusRequestEntityTooLarge}, {"text/plain", http.StatusUnsupportedMediaType}} {
+		r, _ := http.NewRequest(http.MethodPost, "http://x/", nil)
+		r.ContentLength = -1
+		r.Body = http.MaxBytesReader(nil, io.NopCloser(strings.NewReader(body)), 10)
+		r.Header.Set("Content-Type", c.contentType)
+		b, fault := ReadJSONBody(r)
+		if fault == nil || fault.Status != c.status || len(fault.Errors) != 1 {
+			t.Fatalf("%s: body %q, fault %+v; want %d", c.contentType, b, fault, c.status)
+		}
 	}
 }

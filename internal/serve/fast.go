@@ -31,10 +31,16 @@ import (
 // C3's server rules, as net/http had them:
 //   - the request headers within 5 s (ReadTimeout, from the first byte), the body
 //     within a further 10 s (HeaderReceived), idle connections closed after 60 s;
-//   - the body is streamed to the handler (StreamRequestBody), so 415 is decided
-//     before 413 and an oversized body is drained by lockapi within its bound
-//     (MaxDrainBytes), exactly as over net/http; fasthttp itself discards at most
-//     256 KiB a handler left unread, and closes the connection otherwise;
+//   - a body of at most 64 KiB is read whole before the handler runs, and the
+//     connection's read buffer goes back to the pool before it runs
+//     (ReduceMemoryUsage): a request waiting in its handler — a submission
+//     waiting on the rail — holds no read buffer. A streamed body would hold
+//     the connection's 4 KiB buffer until the handler returned;
+//   - a larger body is not read: the request still goes through the handler,
+//     whose body read fails as over the limit (refusedBody), so C3's order holds
+//     unchanged (415 before 413, a route that reads no body answers as it
+//     would); the body is then drained within lockapi's bound and the
+//     connection closed (fastbody.go);
 //   - graceful drain: no new connections, in-flight requests finish within
 //     ShutdownGrace.
 //
@@ -58,24 +64,31 @@ func ServeFast(ctx context.Context, ln net.Listener, h http.Handler, health *Hea
 // NewFastServer is the server ServeFast runs, for tests that serve a handler the
 // way the binary does.
 func NewFastServer(h http.Handler, logger *slog.Logger) *fasthttp.Server {
+	srv, _ := newFastServer(h, logger)
+	return srv
+}
+
+func newFastServer(h http.Handler, logger *slog.Logger) (*fasthttp.Server, *chunkedHeaders) {
+	chunked := &chunkedHeaders{}
 	return &fasthttp.Server{
-		Handler:     fastHandler(h, logger),
+		Handler:     fastHandler(h, logger, chunked),
 		ReadTimeout: ReadHeaderTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		HeaderReceived: func(hdr *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			chunked.keep(hdr)
 			return fasthttp.RequestConfig{ReadTimeout: ReadTimeout - ReadHeaderTimeout}
 		},
 		IdleTimeout:                   IdleTimeout,
-		StreamRequestBody:             true,
-		MaxRequestBodySize:            lockapi.MaxBodyBytes + 1, // read ahead at most; the handler reads the rest
+		ReduceMemoryUsage:             true,
+		MaxRequestBodySize:            lockapi.MaxBodyBytes,
 		ReadBufferSize:                serverReadBuffer,
 		DisablePreParseMultipartForm:  true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: true, // toHTTPRequest canonicalises, as net/http does
 		CloseOnShutdown:               true,
-		ErrorHandler:                  fastError,
+		ErrorHandler:                  fastError(h, logger, chunked),
 		Logger:                        fastLogger{logger},
-	}
+	}, chunked
 }
 
 // fastLogger sends fasthttp's own messages to the service's log.
@@ -85,38 +98,49 @@ func (f fastLogger) Printf(format string, args ...any) {
 	f.l.Warn("http server: " + fmt.Sprintf(format, args...))
 }
 
-// fastError answers a request fasthttp could not read (malformed, headers too
-// large) as problem+json, like every other refusal. A read that timed out gets no
-// answer, as under net/http: fasthttp would answer it 400 even on a new connection
-// on which nothing arrived within ReadTimeout (a client's spare pooled
-// connection), and a client sending its request at that moment would take the 400
-// for the answer to a request the server never read. fasthttp writes whatever this
-// leaves in the response, so the connection is closed under it.
-func fastError(fc *fasthttp.RequestCtx, err error) {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		_ = fc.Conn().Close()
-		return
+// fastError answers a request fasthttp did not hand to the handler. A body over
+// MaxRequestBodySize still goes through the handler (serveRefused). A read that
+// timed out gets no answer, as under net/http: fasthttp would answer it 400 even
+// on a new connection on which nothing arrived within ReadTimeout (a client's
+// spare pooled connection), and a client sending its request at that moment
+// would take the 400 for the answer to a request the server never read. A
+// request fasthttp could not read (malformed, headers too large) is answered as
+// problem+json, like every other refusal. fasthttp writes whatever this leaves
+// in the response, then closes the connection.
+func fastError(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) func(*fasthttp.RequestCtx, error) {
+	return func(fc *fasthttp.RequestCtx, err error) {
+		saved := chunked.take(&fc.Request.Header)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			_ = fc.Conn().Close()
+			return
+		}
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) && serveRefused(fc, h, logger, saved) {
+			return
+		}
+		// C3's INVALID_REQUEST is 400, 413 or 415 and always lists its faults:
+		// headers too large for the read buffer are a 400 fault of the headers
+		// (not net/http's 431, which C3 does not have).
+		status, fault := http.StatusBadRequest, lockapi.FieldError{Field: "request", Problem: "could not be read as HTTP/1.1"}
+		var small *fasthttp.ErrSmallBuffer
+		switch {
+		case errors.As(err, &small):
+			fault = lockapi.FieldError{Field: "headers", Problem: fmt.Sprintf("must fit in %d bytes", serverReadBuffer)}
+			// The rest of the request is still on its way or unread: closing on
+			// it would reset the connection, and a reset can discard the answer
+			// in the client's receive queue. Read a bounded amount first, as
+			// lockapi does for an oversized body.
+			drainConn(fc.Conn())
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			// Only when the header of a chunked request is lost (see
+			// chunkedHeaders): the body alone decides.
+			status, fault = http.StatusRequestEntityTooLarge, lockapi.FieldError{Field: "body", Problem: fmt.Sprintf("must be at most %d bytes", lockapi.MaxBodyBytes)}
+			drainRefused(fc.Conn(), -1)
+		}
+		w := &fastWriter{fc: fc}
+		lockapi.WriteInvalid(w, status, []lockapi.FieldError{fault})
+		fc.SetConnectionClose()
 	}
-	// C3's INVALID_REQUEST is 400, 413 or 415 and always lists its faults:
-	// headers too large for the read buffer are a 400 fault of the headers (not
-	// net/http's 431, which C3 does not have).
-	status, fault := http.StatusBadRequest, lockapi.FieldError{Field: "request", Problem: "could not be read as HTTP/1.1"}
-	var small *fasthttp.ErrSmallBuffer
-	switch {
-	case errors.As(err, &small):
-		fault = lockapi.FieldError{Field: "headers", Problem: fmt.Sprintf("must fit in %d bytes", serverReadBuffer)}
-		// The rest of the request is still on its way or unread: closing on it
-		// would reset the connection, and a reset can discard the answer in the
-		// client's receive queue. Read a bounded amount first, as lockapi does
-		// for an oversized body.
-		drainConn(fc.Conn())
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, fault = http.StatusRequestEntityTooLarge, lockapi.FieldError{Field: "body", Problem: fmt.Sprintf("must be at most %d bytes", lockapi.MaxBodyBytes)}
-	}
-	w := &fastWriter{fc: fc}
-	lockapi.WriteInvalid(w, status, []lockapi.FieldError{fault})
-	fc.SetConnectionClose()
 }
 
 // drainConn reads and discards what the client is still sending, at most
@@ -135,37 +159,46 @@ const (
 )
 
 // fastHandler runs h for each request on the connection's goroutine.
-func fastHandler(h http.Handler, logger *slog.Logger) fasthttp.RequestHandler {
+func fastHandler(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) fasthttp.RequestHandler {
 	return func(fc *fasthttp.RequestCtx) {
-		w := &fastWriter{fc: fc}
-		defer func() {
-			// Handler answers a handler's panic 500; what reaches here
-			// (http.ErrAbortHandler, or a panic in Handler itself) ends
-			// the connection, as net/http would.
-			if v := recover(); v != nil {
-				if v != http.ErrAbortHandler {
-					logger.Error("handler panic", "method", string(fc.Method()), "panic", fmt.Sprint(v))
-				}
-				fc.Response.Reset()
-				fc.SetStatusCode(http.StatusInternalServerError)
-				fc.SetConnectionClose()
-			}
-		}()
-		r, err := toHTTPRequest(fc)
-		if err != nil {
-			lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{{Field: "target", Problem: "is not a valid request URI"}})
-			return
+		if fc.Request.Header.ContentLength() == -1 {
+			chunked.take(&fc.Request.Header) // its body was read: the copy is not needed
 		}
-		h.ServeHTTP(w, r)
-		w.finish()
+		serveHTTP(fc, h, logger, false)
 	}
+}
+
+// serveHTTP runs h for the request of fc; refused: its body was over the limit and
+// not read.
+func serveHTTP(fc *fasthttp.RequestCtx, h http.Handler, logger *slog.Logger, refused bool) {
+	w := &fastWriter{fc: fc}
+	defer func() {
+		// Handler answers a handler's panic 500; what reaches here
+		// (http.ErrAbortHandler, or a panic in Handler itself) ends the
+		// connection, as net/http would.
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				logger.Error("handler panic", "method", string(fc.Method()), "panic", fmt.Sprint(v))
+			}
+			fc.Response.Reset()
+			fc.SetStatusCode(http.StatusInternalServerError)
+			fc.SetConnectionClose()
+		}
+	}()
+	r, err := toHTTPRequest(fc, refused)
+	if err != nil {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{{Field: "target", Problem: "is not a valid request URI"}})
+		return
+	}
+	h.ServeHTTP(w, r)
+	w.finish()
 }
 
 // toHTTPRequest is the *http.Request of fc as net/http's server would build it:
 // every header line, in order, under its canonical name (a repeated header keeps
 // all its values — C3 refuses a second Content-Type or fencing header), Host
-// apart, and the body streamed from the connection.
-func toHTTPRequest(fc *fasthttp.RequestCtx) (*http.Request, error) {
+// apart, and the body fasthttp read (refusedBody when it refused to read it).
+func toHTTPRequest(fc *fasthttp.RequestCtx, refused bool) (*http.Request, error) {
 	uri := string(fc.RequestURI())
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
@@ -194,11 +227,12 @@ func toHTTPRequest(fc *fasthttp.RequestCtx) (*http.Request, error) {
 		r.ContentLength = -1
 		r.TransferEncoding = []string{"chunked"}
 	}
-	if r.ContentLength == 0 {
+	switch {
+	case refused:
+		r.Body = refusedBody{}
+	case r.ContentLength == 0:
 		r.Body = http.NoBody
-	} else if s := fc.RequestBodyStream(); s != nil {
-		r.Body = io.NopCloser(s)
-	} else {
+	default:
 		r.Body = io.NopCloser(bytes.NewReader(fc.Request.Body()))
 	}
 	return r, nil
