@@ -161,8 +161,9 @@ const (
 // fastHandler runs h for each request on the connection's goroutine.
 func fastHandler(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) fasthttp.RequestHandler {
 	return func(fc *fasthttp.RequestCtx) {
-		if fc.Request.Header.ContentLength() == -1 {
-			chunked.take(&fc.Request.Header) // its body was read: the copy is not needed
+		// A chunked body read whole leaves a length of -1, or 0 when it was empty.
+		if fc.Request.Header.ContentLength() <= 0 {
+			chunked.take(&fc.Request.Header) // its body was read: no copy is needed
 		}
 		serveHTTP(fc, h, logger, false)
 	}

@@ -96,6 +96,19 @@ func TestRefusedBodyAnsweredAsTheHandlerWould(t *testing.T) {
 			}
 		})
 	}
+	// An empty chunked body leaves a length of 0, not -1.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /other HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != http.StatusTeapot {
+		t.Fatalf("empty chunked body: %v %v", resp, err)
+	}
 	if n := keptCopies(chunked); n != 0 {
 		t.Fatalf("%d chunked-header copies kept after every request was answered", n)
 	}
