@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/rawhttp"
 	"lock.dev/lockapi"
 )
 
@@ -77,7 +77,8 @@ func TestRefusedBodyAnsweredAsTheHandlerWould(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for i := range 5 {
-				status, body, err := exchangeWhole(addr, c.path, c.contentType, c.body, c.chunked)
+				status, _, body, err := rawhttp.SendWhole(http.MethodPost, "http://"+addr+c.path,
+					http.Header{"Content-Type": {c.contentType}}, c.body, c.chunked)
 				if err != nil {
 					t.Fatalf("try %d: %v", i+1, err)
 				}
@@ -112,42 +113,6 @@ func TestRefusedBodyAnsweredAsTheHandlerWould(t *testing.T) {
 	if n := keptCopies(chunked); n != 0 {
 		t.Fatalf("%d chunked-header copies kept after every request was answered", n)
 	}
-}
-
-// exchangeWhole sends one request on a connection of its own, the whole request
-// written before the answer is read, and returns the answer.
-func exchangeWhole(addr, path, contentType string, body []byte, chunked bool) (int, []byte, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer conn.Close()
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(32 << 10)
-	}
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	var r io.Reader = bytes.NewReader(body)
-	if chunked {
-		r = io.MultiReader(r) // unknown length: sent chunked
-	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", contentType)
-	if err := req.Write(conn); err != nil {
-		return 0, nil, fmt.Errorf("writing the request: %w", err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("reading the answer: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("reading the answer: %w", err)
-	}
-	return resp.StatusCode, b, nil
 }
 
 func keptCopies(c *chunkedHeaders) int {

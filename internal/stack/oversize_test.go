@@ -1,19 +1,15 @@
 package stack_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"lock.dev/internal/rawhttp"
 	"lock.dev/internal/stack"
 	"lock.dev/lockapi"
 )
@@ -70,55 +66,22 @@ func TestOversizedBodyAlwaysAnswered413(t *testing.T) {
 	}
 }
 
-// expect413 sends one request the way most clients do — the whole request
-// written, then the answer read — on a connection of its own, and checks that the
-// answer is the 413 problem document.
+// expect413 sends one request the way most clients do (rawhttp.SendWhole) and
+// checks that the answer is the 413 problem document.
 func expect413(method, rawURL string, h http.Header, body []byte, chunked bool) error {
-	u, err := url.Parse(rawURL)
+	h = h.Clone()
+	h.Set("Content-Type", "application/json")
+	status, header, b, err := rawhttp.SendWhole(method, rawURL, h, body, chunked)
 	if err != nil {
 		return err
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	// A send buffer the size a client across a network has in flight, not the
-	// megabytes loopback allows: the body cannot all be handed to the kernel
-	// before the server reads it.
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(32 << 10)
-	}
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	var r io.Reader = bytes.NewReader(body)
-	if chunked {
-		r = io.MultiReader(r) // unknown length: sent chunked
-	}
-	req, err := http.NewRequest(method, rawURL, r)
-	if err != nil {
-		return err
-	}
-	req.Header = h.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	if err := req.Write(conn); err != nil {
-		return fmt.Errorf("writing the request: %w", err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
 	}
 	var p struct {
 		Status int    `json:"status"`
 		Code   string `json:"code"`
 	}
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
+	if status != http.StatusRequestEntityTooLarge || header.Get("Content-Type") != "application/problem+json" ||
 		json.Unmarshal(b, &p) != nil || p.Status != 413 || p.Code != lockapi.CodeInvalidRequest {
-		return fmt.Errorf("answer %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		return fmt.Errorf("answer %d %s %s", status, header.Get("Content-Type"), b)
 	}
 	return nil
 }
