@@ -58,7 +58,9 @@ func (refusedBody) Close() error { return nil }
 // buffer go with the request, so up to a buffer's worth of the body never comes
 // again: once all but that much has come (or at any point of a chunked body,
 // whose end cannot be counted), a read that waits drainIdle with nothing arriving
-// ends the drain. A chunked body ends sooner, at its last chunk.
+// ends the drain. A chunked body ends sooner, at its last chunk. drainIdle is long
+// against a client that has all of its body in hand: its last bytes are in its
+// kernel's send buffer by then, or need only its writing goroutine to run once.
 func drainRefused(c net.Conn, contentLength int) {
 	if c == nil || contentLength > lockapi.MaxDrainBytes {
 		return
@@ -82,7 +84,7 @@ func drainRefused(c net.Conn, contentLength int) {
 // lastChunk ends a chunked body that has no trailer.
 var lastChunk = []byte("\r\n0\r\n\r\n")
 
-const drainIdle = 100 * time.Millisecond
+const drainIdle = 250 * time.Millisecond
 
 // chunkedHeaders keeps a copy of the header of each chunked request while fasthttp
 // reads its body. When a chunked body runs past MaxRequestBodySize, fasthttp
