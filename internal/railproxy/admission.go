@@ -299,6 +299,9 @@ type resolution struct {
 	outcome string
 	railRef *string
 	reason  *string
+	// unsureBackend is set for the UNSENT of an intent whose COMMIT answer was
+	// lost: the backend that was sent it (CommitError.BackendPID).
+	unsureBackend uint32
 }
 
 // resolveOnce makes one attempt at the resolving write (C1's conditional UPDATE:
@@ -389,6 +392,8 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 					"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id,
 					"answered", res.outcome, "railReference", strOrNil(res.railRef), "rowSays", strOrNil(row.Outcome))
 				return
+			case errors.Is(err, ErrNoRow) && !a.backendPast(ctx, res, min(ResolveBound, time.Until(deadline))):
+				// The COMMIT may still land: try again.
 			case errors.Is(err, ErrNoRow):
 				// An intent whose COMMIT was unsure and did not happen: there is
 				// nothing to resolve, and the answer (nothing presented) stands.
@@ -407,6 +412,50 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 	}()
 }
 
+// resolveUnsure is resolveOnce for an intent whose row was not found after its
+// COMMIT's answer was lost: the row counts as not committed only once the backend
+// that was sent the COMMIT is past it, which is waited for until by; then the
+// write is tried once more. Still unknown at by, it answers errBackendBusy, for
+// the caller to carry on in the background.
+func (a *admitter) resolveUnsure(ctx context.Context, res resolution, by time.Time) (Attempt, bool, error) {
+	for {
+		over, err := a.store.TransactionOver(ctx, res.unsureBackend)
+		if err == nil && over {
+			return a.resolveOnce(ctx, res, max(time.Until(by), unsentRetryFloor))
+		}
+		if time.Until(by) <= 0 || ctx.Err() != nil {
+			return Attempt{}, false, errBackendBusy
+		}
+		t := time.NewTimer(min(unsurePoll, time.Until(by)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// backendPast says, for resolveLater, whether a row not found for res is final:
+// always, unless res is an unsure intent whose backend still holds its
+// transaction (asked within bound; not knowing counts as not past).
+func (a *admitter) backendPast(ctx context.Context, res resolution, bound time.Duration) bool {
+	if res.unsureBackend == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	over, err := a.store.TransactionOver(ctx, res.unsureBackend)
+	return err == nil && over
+}
+
+// errBackendBusy: the backend sent the lost COMMIT still holds its transaction.
+var errBackendBusy = errors.New("the paydb backend sent the COMMIT still holds its transaction")
+
+const (
+	unsurePoll       = 5 * time.Millisecond
+	unsentRetryFloor = 50 * time.Millisecond
+)
+
 // intentNotCommitted answers an admission transaction that failed: 503
 // RAIL_UNAVAILABLE, stage intent_commit. Nothing was presented — no socket to the
 // rail is ever opened before the commit succeeds. If COMMIT was sent and its
@@ -421,8 +470,12 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 	var ce *CommitError
 	if errors.As(err, &ce) && ce.Unsure && ce.SubmissionID != 0 {
 		if ce.Intent {
-			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent}
+			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent, unsureBackend: ce.BackendPID}
+			bound := time.Now().Add(unsentAnswerBound)
 			row, wrote, rerr := a.resolveOnce(ctx, res, unsentAnswerBound)
+			if errors.Is(rerr, ErrNoRow) {
+				row, wrote, rerr = a.resolveUnsure(ctx, res, bound)
+			}
 			switch {
 			case wrote:
 				members["submissionId"] = ce.SubmissionID

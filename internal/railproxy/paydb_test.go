@@ -145,8 +145,14 @@ func (f *pgForwarder) upstream(c, s net.Conn) {
 					}
 				}
 				// The client's side goes first, so the server's answer has
-				// nowhere to go; then the COMMIT is delivered and the server commits.
+				// nowhere to go; then the COMMIT is delivered and the server
+				// commits — a moment later, as when the connection breaks in
+				// front of a server that has yet to read it: the proxy must
+				// not take the row it does not find yet for one never written.
 				_ = c.Close()
+				if fault == "after" {
+					time.Sleep(100 * time.Millisecond)
+				}
 				_, _ = s.Write(chunk)
 				time.Sleep(300 * time.Millisecond)
 				return

@@ -67,7 +67,10 @@ type CommitError struct {
 	SubmissionID int64
 	Intent       bool // the row at stake is an intent (outcome NULL), not a FENCED/DUPLICATE row
 	Unsure       bool
-	Err          error
+	// BackendPID is the paydb backend that was sent the COMMIT (when Unsure): until
+	// its transaction is over, a row not found may still be committed.
+	BackendPID uint32
+	Err        error
 }
 
 func (e *CommitError) Error() string { return "admission transaction: " + e.Err.Error() }
@@ -295,7 +298,7 @@ func commit(ctx context.Context, conn *pgxpool.Conn) *CommitError {
 	case err != nil:
 		// COMMIT was sent: it may have committed before the answer was lost, or
 		// it did commit but only on the primary (err wraps ErrCommitNotDurable).
-		return &CommitError{Unsure: true, Err: fmt.Errorf("commit: %w", err)}
+		return &CommitError{Unsure: true, BackendPID: conn.Conn().PgConn().PID(), Err: fmt.Errorf("commit: %w", err)}
 	case tag.String() != "COMMIT":
 		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
 		return &CommitError{Err: errors.New("transaction was rolled back")}
@@ -365,6 +368,20 @@ func (s *Store) Resolve(ctx context.Context, id int64, outcome string, railRef, 
 }
 
 // Attempt reads one row by id; ErrNoRow when it does not exist.
+// TransactionOver says whether the paydb backend pid has no transaction open:
+// it is gone, or idle. A COMMIT whose answer was lost may still be on its way to
+// the backend or in its hands (the connection can break in front of a server
+// that has yet to read it); only once the backend is past it does a row not
+// found mean the intent was not committed. Nothing else is ever sent on that
+// broken connection, so idle cannot be a later transaction's.
+func (s *Store) TransactionOver(ctx context.Context, pid uint32) (bool, error) {
+	var over bool
+	err := s.pool.QueryRow(ctx, transactionOverSQL, int64(pid)).Scan(&over)
+	return over, err
+}
+
+const transactionOverSQL = `SELECT coalesce((SELECT state = 'idle' FROM pg_stat_activity WHERE pid = $1), true)`
+
 func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	var a Attempt
 	err := s.pool.QueryRow(ctx, attemptSQL, id).Scan(&a.SubmissionID, &a.SubmittedAt, &a.Outcome, &a.RailReference, &a.DeclineReason)
