@@ -418,19 +418,19 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 // write is tried once more. Still unknown at by, it answers errBackendBusy, for
 // the caller to carry on in the background.
 func (a *admitter) resolveUnsure(ctx context.Context, res resolution, by time.Time) (Attempt, bool, error) {
+	wctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
 	for {
-		over, err := a.store.TransactionOver(ctx, res.unsureBackend)
+		over, err := a.store.TransactionOver(wctx, res.unsureBackend)
 		if err == nil && over {
 			return a.resolveOnce(ctx, res, max(time.Until(by), unsentRetryFloor))
 		}
-		if time.Until(by) <= 0 || ctx.Err() != nil {
-			return Attempt{}, false, errBackendBusy
-		}
-		t := time.NewTimer(min(unsurePoll, time.Until(by)))
+		t := time.NewTimer(unsurePoll)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-wctx.Done():
 			t.Stop()
+			return Attempt{}, false, errBackendBusy
 		}
 	}
 }
