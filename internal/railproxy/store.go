@@ -380,7 +380,8 @@ func (s *Store) TransactionOver(ctx context.Context, pid uint32) (bool, error) {
 	return over, err
 }
 
-const transactionOverSQL = `SELECT coalesce((SELECT state = 'idle' FROM pg_stat_activity WHERE pid = $1), true)`
+// A state this role may not read (NULL) counts as busy: only gone or idle is over.
+const transactionOverSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle')`
 
 func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	var a Attempt
