@@ -367,7 +367,6 @@ func (s *Store) Resolve(ctx context.Context, id int64, outcome string, railRef, 
 	return n == 1, nil
 }
 
-// Attempt reads one row by id; ErrNoRow when it does not exist.
 // TransactionOver says whether the paydb backend pid has no transaction open:
 // it is gone, or idle. A COMMIT whose answer was lost may still be on its way to
 // the backend or in its hands (the connection can break in front of a server
@@ -383,6 +382,7 @@ func (s *Store) TransactionOver(ctx context.Context, pid uint32) (bool, error) {
 // A state this role may not read (NULL) counts as busy: only gone or idle is over.
 const transactionOverSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle')`
 
+// Attempt reads one row by id; ErrNoRow when it does not exist.
 func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	var a Attempt
 	err := s.pool.QueryRow(ctx, attemptSQL, id).Scan(&a.SubmissionID, &a.SubmittedAt, &a.Outcome, &a.RailReference, &a.DeclineReason)
