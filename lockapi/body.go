@@ -33,8 +33,8 @@ func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		// The server already knows the body is too large (http.MaxBytesReader,
-		// or a body the server refused to read).
-		drainOversized(r)
+		// or a body the server refused to read); such a body reads no further,
+		// so there is nothing here to drain.
 		return nil, tooLarge()
 	}
 	if err != nil {
