@@ -158,9 +158,11 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 			})
 			time.Sleep(900 * time.Millisecond) // the executor's connection to the proxy sits idle
 			create(second)
-			waitFor(t, 30*time.Second, second+" PAID", func() (bool, string) {
+			// The executor counts a payout after its post is answered, so the
+			// count is waited for with the status.
+			waitFor(t, 30*time.Second, second+" PAID and counted", func() (bool, string) {
 				s := payout(t, st, second).status
-				return s == lockapi.StatusPaid, s
+				return s == lockapi.StatusPaid && ex.metric(t, `executor_payout_total{result="paid"}`) >= 2, s
 			})
 			if n := relay.unanswered(); n != 1 {
 				t.Fatalf("the relay left %d requests unanswered, want 1 (the submission on the idle connection)", n)
@@ -261,6 +263,12 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 		return s != lockapi.StatusClaimed, s
 	})
 	checkPaidOnce(t, st, p)
+	// The executor counts the payout after its post is answered, a moment after
+	// the status can be read.
+	waitFor(t, 10*time.Second, p+" counted", func() (bool, string) {
+		v := ex.metric(t, `executor_payout_total{result="paid"}`)
+		return v > 0, fmt.Sprint(v)
+	})
 	if v := ex.metric(t, `executor_payout_total{result="paid"}`); v != 1 {
 		t.Fatalf(`executor_payout_total{result="paid"} = %v`, v)
 	}

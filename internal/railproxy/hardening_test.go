@@ -273,9 +273,11 @@ func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 	eventually(t, 5*time.Second, "the lost COMMIT to land", func() bool { return len(rowsOf(t, db, "p-hang")) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	fwd.setStall(false)
-	eventually(t, cfg.InterruptedAfter, "the row to be resolved", func() bool {
+	// The proxy counts a late write after it commits, so the count is waited for
+	// with the row.
+	eventually(t, cfg.InterruptedAfter, "the row to be resolved and counted late", func() bool {
 		rs := rowsOf(t, db, "p-hang")
-		return len(rs) == 1 && rs[0].Outcome != nil
+		return len(rs) == 1 && rs[0].Outcome != nil && metric(t, p, "rail_resolution_late_total") > 0
 	})
 	if rs := rowsOf(t, db, "p-hang"); outcomeOf(rs[0]) != lockapi.OutcomeUnsent {
 		t.Fatalf("row resolved %s, want UNSENT: %+v", outcomeOf(rs[0]), rs[0])
@@ -322,9 +324,11 @@ func TestKnownOutcomeLostOnlyPastInterruptAtCountedOnce(t *testing.T) {
 		})) == 1
 	})
 	fwd.setDown(false)
-	eventually(t, 2*cfg.InterruptedAfter, "the janitor to resolve the row", func() bool {
+	// The janitor counts a row after its statement commits, so the count is
+	// waited for with the row.
+	eventually(t, 2*cfg.InterruptedAfter, "the janitor to resolve the row and count it", func() bool {
 		rs := rowsOf(t, db, "p-gone")
-		return len(rs) == 1 && rs[0].Outcome != nil
+		return len(rs) == 1 && rs[0].Outcome != nil && metric(t, p, `rail_submission_total{outcome="ambiguous"}`) > 0
 	})
 	if rs := rowsOf(t, db, "p-gone"); outcomeOf(rs[0]) != lockapi.OutcomeTimeout {
 		t.Fatalf("row: %+v", rs[0])

@@ -106,9 +106,11 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	cfg := testConfig(dbURL, rail.URL)
 	cfg.JanitorInterval = 100 * time.Millisecond
 	p := startProxy(t, cfg)
-	eventually(t, 20*time.Second, "the janitor to resolve the interrupted intent", func() bool {
+	// The sweep logs a row after its statement commits, so the log is waited for
+	// too: the row alone can be seen resolved a moment before its event is written.
+	eventually(t, 20*time.Second, "the janitor to resolve the interrupted intent and log it", func() bool {
 		rs := rowsOf(t, db, "p-killed")
-		return len(rs) == 1 && rs[0].Outcome != nil
+		return len(rs) == 1 && rs[0].Outcome != nil && len(p.Logs.events("rail_ambiguous")) > 0
 	})
 	rs := rowsOf(t, db, "p-killed")
 	if outcomeOf(rs[0]) != "TIMEOUT" || rs[0].ResolvedAt == nil {
@@ -463,9 +465,10 @@ func TestJanitorCadenceFollowsInterruptedAfter(t *testing.T) {
 		 VALUES ('p-cadence', 'acct-c', 3, 'w', 'k', 1, 'EUR', 'b', clock_timestamp() - interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the interrupted intent resolved by the periodic sweep", func() bool {
+	// The event is waited for with the row: the sweep writes it after its commit.
+	eventually(t, 5*time.Second, "the interrupted intent resolved and logged by the periodic sweep", func() bool {
 		rs := rowsOf(t, db, "p-cadence")
-		return len(rs) == 1 && outcomeOf(rs[0]) == "TIMEOUT"
+		return len(rs) == 1 && outcomeOf(rs[0]) == "TIMEOUT" && len(p.Logs.events("rail_ambiguous")) > 0
 	})
 	if ev := p.Logs.events("rail_ambiguous"); len(ev) != 1 || ev[0]["cause"] != CauseInterrupted {
 		t.Fatalf("rail_ambiguous: %v", ev)
