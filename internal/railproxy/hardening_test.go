@@ -273,11 +273,12 @@ func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 	eventually(t, 5*time.Second, "the lost COMMIT to land", func() bool { return len(rowsOf(t, db, "p-hang")) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	fwd.setStall(false)
-	// The proxy counts a late write after it commits, so the count is waited for
-	// with the row.
-	eventually(t, cfg.InterruptedAfter, "the row to be resolved and counted late", func() bool {
+	// The proxy counts a late write after it commits (late first, then the
+	// submission), so the counts are waited for with the row.
+	eventually(t, cfg.InterruptedAfter, "the row to be resolved and counted", func() bool {
 		rs := rowsOf(t, db, "p-hang")
-		return len(rs) == 1 && rs[0].Outcome != nil && metric(t, p, "rail_resolution_late_total") > 0
+		return len(rs) == 1 && rs[0].Outcome != nil && metric(t, p, "rail_resolution_late_total") > 0 &&
+			metric(t, p, `rail_submission_total{outcome="unavailable"}`) > 0
 	})
 	if rs := rowsOf(t, db, "p-hang"); outcomeOf(rs[0]) != lockapi.OutcomeUnsent {
 		t.Fatalf("row resolved %s, want UNSENT: %+v", outcomeOf(rs[0]), rs[0])
