@@ -66,12 +66,23 @@ func syncRepCancelled(n *pgconn.Notice) bool {
 }
 
 // RaiseSyncCommitSQL, run inside a transaction, makes its COMMIT wait for the
-// synchronous standby (synchronous_commit = on) whatever the database's or role's
-// default — off and local would report a commit the standby has not flushed — and
-// leaves a stronger setting (remote_apply) as it is. The setting is
-// transaction-local. It is one statement, so it can ride in the same batch or
-// simple-protocol query as BEGIN (Begin does that).
-const RaiseSyncCommitSQL = `SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') NOT IN ('on', 'remote_apply')`
+// synchronous standby and makes a cancelled wait visible, whatever the server's,
+// database's, role's or connection URL's defaults:
+//
+//   - synchronous_commit = on: off and local would report a commit the standby
+//     has not flushed; a stronger setting (remote_apply) is left as it is.
+//   - client_min_messages = warning: the cancelled-wait warning that Commit,
+//     ExecCommit and DurableBatch look for is sent to the client only when
+//     client_min_messages is warning or more verbose; at error the COMMIT would
+//     come back a clean success. A more verbose setting is left as it is.
+//
+// Both settings are transaction-local. It is one statement, so it can ride in
+// the same batch or simple-protocol query as BEGIN (Begin does that) at no extra
+// round trip. Its one row is of no interest.
+const RaiseSyncCommitSQL = `SELECT CASE WHEN current_setting('synchronous_commit') NOT IN ('on', 'remote_apply')
+            THEN set_config('synchronous_commit', 'on', true) END,
+       CASE WHEN current_setting('client_min_messages') NOT IN ('debug5', 'debug4', 'debug3', 'debug2', 'debug1', 'log', 'info', 'notice', 'warning')
+            THEN set_config('client_min_messages', 'warning', true) END`
 
 // beginSQL is BEGIN and RaiseSyncCommitSQL in one simple-protocol query: one
 // round trip.
@@ -81,9 +92,10 @@ const beginSQL = "BEGIN; " + RaiseSyncCommitSQL
 // isolation, READ COMMITTED) whose COMMIT waits for the synchronous standby:
 // RaiseSyncCommitSQL is sent with BEGIN, in one round trip. Its Commit returns an
 // error wrapping ErrCommitNotDurable when that wait was cancelled — also when the
-// server reported the commit as a success. Commit and Rollback return the
-// connection to the pool. Every transaction whose effects others rely on begins
-// here (or raises synchronous_commit itself and ends with ExecCommit).
+// server reported the commit as a success, and whatever client_min_messages the
+// role, the database or the URL sets. Commit and Rollback return the connection
+// to the pool. Every transaction whose effects others rely on begins here (or
+// sends RaiseSyncCommitSQL itself and ends with ExecCommit).
 func Begin(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
 	c, err := pool.Acquire(ctx)
 	if err != nil {
@@ -129,7 +141,9 @@ func (t *durableTx) release() {
 // error as conn.Exec would — "ROLLBACK" when the transaction had failed — except
 // that a COMMIT that came back with the cancelled synchronous replication warning
 // returns an error wrapping ErrCommitNotDurable (and the tag it got). conn must
-// come from Open. For a *pgxpool.Conn pass c.Conn().
+// come from Open, and the transaction must have run RaiseSyncCommitSQL: without
+// it a client_min_messages of error keeps the warning from ever arriving. For a
+// *pgxpool.Conn pass c.Conn().
 func ExecCommit(ctx context.Context, conn *pgx.Conn) (pgconn.CommandTag, error) {
 	pc := conn.PgConn()
 	delete(pc.CustomData(), notDurableKey)
@@ -153,7 +167,8 @@ func notDurable(pc *pgconn.PgConn, err error) error {
 // DurableBatch runs, as one transaction pipelined in one round trip, BEGIN,
 // RaiseSyncCommitSQL, the statements queue adds, and COMMIT: what an
 // autocommit statement would do, except that a database or role default of
-// synchronous_commit below on cannot weaken its commit, and a cancelled wait
+// synchronous_commit below on cannot weaken its commit, nor one of
+// client_min_messages above warning hide from it, and a cancelled wait
 // for the synchronous standby is reported (ErrCommitNotDurable, as ExecCommit
 // does) instead of passing for success. read is given the statements' results,
 // in order, and must read every one of them. A statement that fails rolls the

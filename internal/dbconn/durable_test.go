@@ -383,3 +383,126 @@ func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
 		t.Fatalf("COMMIT after the standby was released: %v", err)
 	}
 }
+
+// quietCases are the ways an operator can set client_min_messages = error for
+// the services' connections: on their role, on their database, in their URL.
+// Each gives the setup to run as the superuser and the URL to connect with; the
+// connections log in as role, so that ALTER ROLE touches nothing else.
+func quietCases(p *pgcluster.Pair, db, role string) []struct{ name, setup, url string } {
+	url := strings.Replace(p.URL(db), "postgres://postgres@", "postgres://"+role+"@", 1)
+	return []struct{ name, setup, url string }{
+		{"role", "ALTER ROLE " + role + " SET client_min_messages = error", url},
+		{"database", "ALTER DATABASE " + db + " SET client_min_messages = error", url},
+		{"URL", "", url + "&options=-c%20client_min_messages%3Derror"},
+	}
+}
+
+// PostgreSQL sends the cancelled-wait warning only when client_min_messages is
+// warning or more verbose; at error a cancelled wait's COMMIT is a clean
+// success. Every durable transaction raises client_min_messages itself, so
+// whatever the role, the database or the URL sets, Begin's Commit, ExecCommit
+// after RaiseSyncCommitSQL and DurableBatch still report ErrCommitNotDurable.
+func TestCancelledSyncWaitSeenWhateverClientMinMessages(t *testing.T) {
+	p, db := sharedPair(t)
+	admin := open(t, p.URL(db))
+	role := "quiet_" + db
+	mustExec(t, admin, "CREATE TABLE t (v text)")
+	mustExec(t, admin, "CREATE ROLE "+role+" LOGIN")
+	mustExec(t, admin, "GRANT SELECT, INSERT ON t TO "+role)
+	ctx := context.Background()
+	shapes := []struct {
+		name   string
+		commit func(*pgxpool.Pool, string) error
+	}{
+		{"Begin", func(pool *pgxpool.Pool, v string) error {
+			tx, err := dbconn.Begin(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", v); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		}},
+		{"ExecCommit", func(pool *pgxpool.Pool, v string) error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			b := &pgx.Batch{}
+			b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+			b.Queue(dbconn.RaiseSyncCommitSQL)
+			b.Queue("INSERT INTO t VALUES ($1)", v)
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			_, err = dbconn.ExecCommit(ctx, conn.Conn())
+			return err
+		}},
+		{"DurableBatch", func(pool *pgxpool.Pool, v string) error {
+			return dbconn.DurableBatch(ctx, pool, func(b *pgx.Batch) { b.Queue("INSERT INTO t VALUES ($1)", v) },
+				func(br pgx.BatchResults) error { _, err := br.Exec(); return err })
+		}},
+	}
+	for _, c := range quietCases(p, db, role) {
+		if c.setup != "" {
+			mustExec(t, admin, c.setup)
+		}
+		pool := open(t, c.url)
+		var level string
+		if err := pool.QueryRow(ctx, "SELECT current_setting('client_min_messages')").Scan(&level); err != nil || level != "error" {
+			t.Fatalf("%s: client_min_messages of a session = %q (%v); the case does not set error", c.name, level, err)
+		}
+		for _, s := range shapes {
+			if err := p.HoldStandby(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan commitResult, 1)
+			go func() { done <- commitResult{err: s.commit(pool, c.name+"-"+s.name)} }()
+			r := cancelWait(t, admin, "pg_cancel_backend", done)
+			p.ReleaseStandby()
+			if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
+				t.Errorf("client_min_messages = error on the %s: %s after a cancelled sync wait = %v; want ErrCommitNotDurable", c.name, s.name, r.err)
+			}
+		}
+		pool.Close()
+		mustExec(t, admin, "ALTER ROLE "+role+" RESET client_min_messages")
+		mustExec(t, admin, "ALTER DATABASE "+db+" RESET client_min_messages")
+	}
+}
+
+// The raise of client_min_messages is transaction-local and only ever makes it
+// more verbose: error becomes warning inside Begin's transaction, a more verbose
+// default is kept, and the session's own value is back after the transaction.
+func TestBeginRaisesClientMinMessages(t *testing.T) {
+	p, db := sharedPair(t)
+	pool := open(t, p.URL(db))
+	ctx := context.Background()
+	for _, def := range []string{"error", "warning", "notice", "info", "log", "debug1", "debug5"} {
+		mustExec(t, pool, fmt.Sprintf("ALTER DATABASE %s SET client_min_messages = %s", db, def))
+		pool.Reset() // the default applies to new sessions
+		want := def
+		if def == "error" {
+			want = "warning"
+		}
+		tx, err := dbconn.Begin(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, session string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('client_min_messages')").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, "SELECT current_setting('client_min_messages')").Scan(&session); err != nil {
+			t.Fatal(err)
+		}
+		if got != want || session != def {
+			t.Errorf("default %s: client_min_messages in Begin's transaction = %s (want %s), after it = %s (want %s)", def, got, want, session, def)
+		}
+	}
+}
