@@ -76,14 +76,14 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 	if len(g) > MaxGrantBytes {
 		return Claims{}, reject(ReasonMalformed, "the grant is longer than %d bytes", MaxGrantBytes)
 	}
-	// The header is read strictly here (go-jose reads it leniently: a member given
-	// twice counts once, unknown members pass), because C7's rules on it — typ,
-	// kid, nothing else — are ours to enforce, and must come before the key lookup.
-	h, _, ok := strings.Cut(g, ".")
-	if !ok {
-		return Claims{}, reject(ReasonMalformed, "the grant is not three base64url parts")
+	if r := checkCanonical(g); r != nil {
+		return Claims{}, r
 	}
-	hb, err := base64.RawURLEncoding.Strict().DecodeString(h)
+	// The header is read strictly here (go-jose reads it leniently: a member given
+	// twice counts once, unknown members pass), because the rules on it — typ,
+	// kid, nothing else — are ours to enforce, and must come before the key lookup.
+	h, _, _ := strings.Cut(g, ".")
+	hb, err := b64.DecodeString(h)
 	if err != nil {
 		return Claims{}, reject(ReasonMalformed, "the grant's header is not base64url")
 	}
@@ -113,6 +113,46 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 		return Claims{}, reject(ReasonWrongIssuer, "the grant was not issued by %s", Issuer)
 	}
 	return c, nil
+}
+
+// b64 decodes a grant's parts: unpadded base64url, strictly — the unused low
+// bits of a part's last character must be zero.
+var b64 = base64.RawURLEncoding.Strict()
+
+// partNames name a grant's three parts in refusals.
+var partNames = [3]string{"header", "claims", "signature"}
+
+// checkCanonical refuses a grant that is not exactly three parts, each the one
+// canonical unpadded base64url spelling of its bytes. go-jose decodes the claims
+// and signature leniently (padding stripped, a last character's unused bits
+// ignored), so without this one grant could be presented under many spellings:
+// each a different string to the cache, and a real grant's signature edited in
+// its last character would still verify.
+func checkCanonical(g string) *Rejection {
+	// Strict decoding still skips CR and LF; only the alphabet and the two dots
+	// may appear.
+	dots := 0
+	for i := 0; i < len(g); i++ {
+		switch c := g[i]; {
+		case c == '.':
+			dots++
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return reject(ReasonMalformed, "the grant is not three base64url parts")
+		}
+	}
+	if dots != 2 {
+		return reject(ReasonMalformed, "the grant is not three base64url parts")
+	}
+	rest := g
+	for i := range partNames {
+		var part string
+		part, rest, _ = strings.Cut(rest, ".")
+		if _, err := b64.DecodeString(part); err != nil {
+			return reject(ReasonMalformed, "the grant's %s is not canonical base64url", partNames[i])
+		}
+	}
+	return nil
 }
 
 // parseHeader checks the protected header: exactly alg "EdDSA", typ

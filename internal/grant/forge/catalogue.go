@@ -69,12 +69,14 @@ func Catalogue(key ed25519.PrivateKey, account string, token int64, owner string
 	sig[0] ^= 1
 	flipped := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(sig)
 	one := func(g string) []string { return []string{g} }
+	respelled := m(NonCanonical(real, 2))
 
 	cases := []Case{
 		{"no X-Fencing-Grant", nil, account, token, owner, grant.ReasonMissing},
 		{"an empty X-Fencing-Grant", one(""), account, token, owner, grant.ReasonMissing},
 		{"X-Fencing-Grant twice", []string{real, real}, account, token, owner, grant.ReasonMalformed},
 		{"not a JWS", one("not-a-grant"), account, token, owner, grant.ReasonMalformed},
+		{"signature's last character respelled (same bytes, not canonical base64url)", one(respelled), account, token, owner, grant.ReasonMalformed},
 		{"alg none", one(m(Unsigned(header, claims(nil)))), account, token, owner, grant.ReasonMalformed},
 		{"HS256 keyed with the public key (algorithm confusion)", one(m(HMAC(pubJWK, header, claims(nil)))), account, token, owner, grant.ReasonMalformed},
 		{"tok as a JSON number", one(m(Sign(key, header, claims(func(c Claims) { c["tok"] = token })))), account, token, owner, grant.ReasonMalformed},
