@@ -107,6 +107,9 @@ type member struct {
 	name  string
 	raw   json.RawMessage // the value's exact bytes, validated
 	taken bool
+	// notText: the value holds invalid UTF-8 or a lone surrogate; its fault is
+	// already recorded and no getter sees it.
+	notText bool
 }
 
 // indexFrom is the member count above which lookups go through a map; below it a
@@ -150,6 +153,9 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 			if !ok {
 				return notObject(0)
 			}
+			if !isText(b[i:kend]) {
+				return fail(notTextName)
+			}
 			k := decodeString(b[i:kend])
 			i = skipSpace(b, kend)
 			if i >= len(b) || b[i] != ':' {
@@ -160,9 +166,18 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 			if !ok {
 				return notObject(0)
 			}
-			if o.find(k) >= 0 {
+			switch {
+			case o.find(k) >= 0:
 				o.errs = append(o.errs, FieldError{Field: k, Problem: "must appear only once"})
-			} else {
+			case !isText(b[i:vend]):
+				// Refused, not decoded: encoding/json would put U+FFFD in place of
+				// each bad byte or lone surrogate, and the caller's text would be
+				// stored as something it never sent. The member still counts as
+				// given, so it is neither "required" nor "not a known member".
+				o.errs = append(o.errs, FieldError{Field: k, Problem: notTextValue})
+				o.add(k, nil)
+				o.members[len(o.members)-1].notText = true
+			default:
 				o.add(k, json.RawMessage(b[i:vend:vend]))
 			}
 			i = skipSpace(b, vend)
@@ -340,7 +355,8 @@ func scanNumber(b []byte, i int) (int, bool) {
 
 // scanString validates the string starting at the quote b[i] and returns the
 // index just past its closing quote. Like encoding/json, it rejects control
-// characters and bad escapes and lets invalid UTF-8 through (decoding replaces it).
+// characters and bad escapes and lets invalid UTF-8 and lone surrogates through:
+// ParseObject refuses those with isText, naming the member they are in.
 func scanString(b []byte, i int) (int, bool) {
 	for i++; i < len(b); i++ {
 		switch c := b[i]; {
@@ -373,6 +389,79 @@ func scanString(b []byte, i int) (int, bool) {
 	return i, false
 }
 
+// The faults for text that is not Unicode: invalid UTF-8 bytes, or a \u escape
+// of a surrogate that is not half of a pair.
+const (
+	notTextValue = "must be valid UTF-8 text (no invalid bytes, no unpaired \\uD800–\\uDFFF escape)"
+	notTextName  = "member names must be valid UTF-8 text (no invalid bytes, no unpaired \\uD800–\\uDFFF escape)"
+)
+
+// isText reports whether the JSON value v (already validated) holds only
+// Unicode text: valid UTF-8, and every \u escape of a surrogate paired, high
+// then low, as RFC 8259 spells a character outside the BMP. utf8.Valid is the
+// whole cost for the usual value without a backslash.
+func isText(v []byte) bool {
+	if !utf8.Valid(v) {
+		return false
+	}
+	for i := bytes.IndexByte(v, '\\'); i >= 0 && i < len(v); {
+		// Outside strings a validated value has no backslash, so every one seen
+		// here starts an escape.
+		if i+1 >= len(v) {
+			return false
+		}
+		if v[i+1] != 'u' {
+			i += 2
+		} else {
+			r, ok := hex4(v, i+2)
+			if !ok {
+				return false
+			}
+			i += 6
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return false // a low half with no high half before it
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+1 >= len(v) || v[i] != '\\' || v[i+1] != 'u' {
+					return false
+				}
+				lo, ok := hex4(v, i+2)
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return false
+				}
+				i += 6
+			}
+		}
+		j := bytes.IndexByte(v[i:], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+	}
+	return true
+}
+
+// hex4 is the value of the four hex digits at v[i:i+4].
+func hex4(v []byte, i int) (rune, bool) {
+	if i+4 > len(v) {
+		return 0, false
+	}
+	var r rune
+	for _, h := range v[i : i+4] {
+		switch {
+		case h >= '0' && h <= '9':
+			r = r<<4 | rune(h-'0')
+		case h >= 'a' && h <= 'f':
+			r = r<<4 | rune(h-'a'+10)
+		case h >= 'A' && h <= 'F':
+			r = r<<4 | rune(h-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
 // decodeString is the Go value of a validated JSON string literal (quotes
 // included). Plain ASCII/UTF-8 without escapes, the usual case, is a copy;
 // anything else goes through encoding/json for its exact rules.
@@ -399,6 +488,9 @@ func (o *Object) take(name string, required bool) (json.RawMessage, bool) {
 		return nil, false
 	}
 	o.members[j].taken = true
+	if o.members[j].notText {
+		return nil, false
+	}
 	return o.members[j].raw, true
 }
 
@@ -495,7 +587,7 @@ func (o *Object) Float64(name string, required bool, min, max float64) (float64,
 // Finish reports members that were not asked for and returns every fault found.
 func (o *Object) Finish() []FieldError {
 	for _, m := range o.members {
-		if !m.taken {
+		if !m.taken && !m.notText {
 			o.fault(m.name, "is not a known member")
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"lock.dev/internal/iso4217"
 )
 
 // Header names of the fenced calls.
@@ -136,7 +138,9 @@ func ValidateBeneficiary(s string) error {
 	return nil
 }
 
-// ValidateCurrency checks an ISO 4217 style code: three upper-case letters.
+// ValidateCurrency checks an ISO 4217 code: three upper-case letters that ISO's
+// list of active codes holds (internal/iso4217, SIX's list kept verbatim), not
+// any three letters.
 func ValidateCurrency(s string) error {
 	if len(s) != 3 {
 		return invalid("must be three upper-case letters (ISO 4217)")
@@ -145,6 +149,9 @@ func ValidateCurrency(s string) error {
 		if s[i] < 'A' || s[i] > 'Z' {
 			return invalid("must be three upper-case letters (ISO 4217)")
 		}
+	}
+	if !iso4217.Valid(s) {
+		return invalid("is an unknown ISO 4217 code: not in ISO 4217's list of active codes (published %s)", iso4217.Published)
 	}
 	return nil
 }
