@@ -223,3 +223,54 @@ func TestRefusesLockdbWithFsyncOff(t *testing.T) {
 		t.Errorf("start-up log lacks the unsafe_non_durable_db ERROR:\n%s", logs)
 	}
 }
+
+// PostgreSQL sends the cancelled-wait warning only when client_min_messages is
+// warning or more verbose. Whatever the role, the database or the URL sets
+// (pgtest.QuietPlaces), a grant, renew or release whose commit's wait was
+// cancelled answers 503 UNAVAILABLE, with no token: every transaction raises the
+// setting itself (docs/contracts/database.md).
+func TestGrantNotDurableWhateverClientMinMessages(t *testing.T) {
+	p := pgtest.Pair(t, pgcluster.PairOptions{Sync: true})
+	t.Cleanup(p.ReleaseStandby) // before Stop: a held standby would hold the drain's commits
+	for _, quiet := range pgtest.QuietPlaces {
+		s := startServer(t, testConfig(pgtest.Quiet(t, p, "lockdb", quiet)))
+		name := "account:quiet-" + quiet
+		if err := p.HoldStandby(); err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan leaseAnswer, 1)
+		go func() {
+			a, l, err := acquireCall(s.URL, name+"-grant", "owner", 10_000)
+			granted <- leaseAnswer{a, l, err}
+		}()
+		r := cancelSyncWait(t, p, false, granted)
+		if r.err != nil || r.a.Status != http.StatusServiceUnavailable || r.a.problem().Code != lockapi.CodeUnavailable ||
+			strings.Contains(string(r.a.Body), `"token"`) {
+			t.Errorf("client_min_messages = error (%s): grant with a cancelled sync wait: %v %v; want 503 UNAVAILABLE, no token", quiet, r.a, r.err)
+		}
+		p.ReleaseStandby()
+
+		l := mustAcquire(t, s.URL, name, "owner", 10_000)
+		if err := p.HoldStandby(); err != nil {
+			t.Fatal(err)
+		}
+		renewed := make(chan leaseAnswer, 1)
+		go func() {
+			a, l, err := renewCall(s.URL, name, "owner", l.Token, 10_000)
+			renewed <- leaseAnswer{a, l, err}
+		}()
+		if r := cancelSyncWait(t, p, false, renewed); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+			t.Errorf("client_min_messages = error (%s): renew with a cancelled sync wait: %v %v; want 503", quiet, r.a, r.err)
+		}
+		released := make(chan leaseAnswer, 1)
+		go func() {
+			a, err := releaseCall(s.URL, name, "owner", l.Token)
+			released <- leaseAnswer{a: a, err: err}
+		}()
+		if r := cancelSyncWait(t, p, false, released); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+			t.Errorf("client_min_messages = error (%s): release with a cancelled sync wait: %v %v; want 503", quiet, r.a, r.err)
+		}
+		p.ReleaseStandby()
+		s.stop()
+	}
+}

@@ -1,12 +1,15 @@
 package payment_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
 )
 
@@ -77,4 +80,51 @@ func settleProblem(t *testing.T, status int, body []byte) *lockapi.Problem {
 		return nil
 	}
 	return &pr
+}
+
+// PostgreSQL sends the cancelled-wait warning only when client_min_messages is
+// warning or more verbose. Whatever the role, the database or the URL sets
+// (pgtest.QuietPlaces), a create, claim, post or settle whose commit's wait was
+// cancelled answers 503 UNAVAILABLE: every transaction raises the setting itself
+// (docs/contracts/database.md).
+func TestCommitNotDurableIsUnavailableWhateverClientMinMessages(t *testing.T) {
+	p := pgtest.Pair(t, pgcluster.PairOptions{Sync: true})
+	t.Cleanup(p.ReleaseStandby) // before Stop: a held standby would hold the drain's commits
+	ctx := context.Background()
+	for _, quiet := range pgtest.QuietPlaces {
+		e := startOn(t, pgtest.Quiet(t, p, "paydb", quiet), withSettleToken)
+		id := func(s string) string { return "p-" + quiet + "-" + s }
+		req := lockapi.SubmissionRequest{PayoutID: id("create"), AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
+		calls := []struct {
+			name string
+			call func() error
+		}{
+			{"create", func() error { _, err := e.client.Create(ctx, req); return err }},
+			{"claim", func() error { _, err := e.client.Claim(ctx, id("claim"), 5, "exec-a"); return err }},
+			{"post", func() error {
+				_, err := e.client.Post(ctx, id("post"), 7, "exec-a", lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: ptr("RS-1")})
+				return err
+			}},
+			{"settle", func() error {
+				status, body, err := e.trySettle(id("settle"), bearer, `{"outcome":"NOT_PRESENTED"}`)
+				if err != nil {
+					return err
+				}
+				var pr lockapi.Problem
+				if status == http.StatusOK || json.Unmarshal(body, &pr) != nil {
+					return fmt.Errorf("settle answered %d %s", status, body)
+				}
+				return &pr
+			}},
+		}
+		e.create(t, id("claim"), "acct-1", 100)
+		e.create(t, id("post"), "acct-1", 100)
+		e.claim(t, id("post"), 7, "exec-a")
+		e.ambiguous(t, id("settle"), 30, 8)
+		for _, c := range calls {
+			if _, err := problemIs(heldCall(t, p, false, c.call), http.StatusServiceUnavailable, lockapi.CodeUnavailable); err != nil {
+				t.Errorf("client_min_messages = error (%s): %s whose commit's wait was cancelled: %v", quiet, c.name, err)
+			}
+		}
+	}
 }

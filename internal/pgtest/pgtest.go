@@ -217,3 +217,56 @@ func Pair(t testing.TB, opts pgcluster.PairOptions) *pgcluster.Pair {
 	}
 	return p
 }
+
+// QuietPlaces are where an operator can set client_min_messages = error for a
+// service's sessions, for tests that show a durable commit's cancelled wait is
+// seen all the same: nowhere (the server's default), on the role the pair's URL
+// logs in as, on the database, in the URL's options.
+var QuietPlaces = []string{"default", "role", "database", "URL"}
+
+// Quiet sets client_min_messages = error for database db of p at place (one of
+// QuietPlaces), after clearing what an earlier call set, and returns the URL to
+// connect with. Sessions opened afterwards get the setting; start the service
+// after calling it.
+func Quiet(t testing.TB, p *pgcluster.Pair, db, place string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL(db))
+	if err != nil {
+		t.Fatalf("pgtest: quiet: %v", err)
+	}
+	defer conn.Close(ctx)
+	dbID := pgx.Identifier{db}.Sanitize()
+	stmts := []string{"ALTER ROLE CURRENT_USER RESET client_min_messages", "ALTER DATABASE " + dbID + " RESET client_min_messages"}
+	u := p.URL(db)
+	switch place {
+	case "default":
+	case "role":
+		stmts = append(stmts, "ALTER ROLE CURRENT_USER SET client_min_messages = error")
+	case "database":
+		stmts = append(stmts, "ALTER DATABASE "+dbID+" SET client_min_messages = error")
+	case "URL":
+		u += "&options=-c%20client_min_messages%3Derror"
+	default:
+		t.Fatalf("pgtest: quiet: no place %q", place)
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("pgtest: %s: %v", s, err)
+		}
+	}
+	if place != "default" {
+		// The place set really does quieten a new session.
+		var level string
+		check, err := pgx.Connect(ctx, u)
+		if err == nil {
+			err = check.QueryRow(ctx, "SELECT current_setting('client_min_messages')").Scan(&level)
+			check.Close(ctx)
+		}
+		if err != nil || level != "error" {
+			t.Fatalf("pgtest: quiet at the %s: a new session's client_min_messages = %q (%v), want error", place, level, err)
+		}
+	}
+	return u
+}
