@@ -35,7 +35,7 @@ import (
 //     connection's read buffer goes back to the pool before it runs
 //     (ReduceMemoryUsage): a request waiting in its handler — a submission
 //     waiting on the rail — holds no read buffer. A streamed body would hold
-//     the connection's 4 KiB buffer until the handler returned;
+//     the connection's read buffer until the handler returned;
 //   - a larger body is not read: the request still goes through the handler,
 //     whose body read fails as over the limit (refusedBody), so C3's order holds
 //     unchanged (415 before 413, a route that reads no body answers as it
@@ -48,9 +48,9 @@ import (
 // its client goes away (fasthttp does not watch the connection while the handler
 // runs), so a handler that waits learns of it only when it writes.
 
-// serverReadBuffer is the per-connection read buffer: request headers must fit in
-// it (fasthttp answers 431 otherwise).
-const serverReadBuffer = 4 << 10
+// serverReadBuffer is the per-connection read buffer: a request's head must fit
+// in it, so it is the one head limit of every service (MaxHeaderBytes).
+const serverReadBuffer = MaxHeaderBytes
 
 // ServeFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
 // no new connections, in-flight requests get ShutdownGrace to finish. It
@@ -125,7 +125,7 @@ func fastError(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) fun
 		var small *fasthttp.ErrSmallBuffer
 		switch {
 		case errors.As(err, &small):
-			fault = lockapi.FieldError{Field: "headers", Problem: fmt.Sprintf("must fit in %d bytes", serverReadBuffer)}
+			fault = headersFault()
 			// The rest of the request is still on its way or unread: closing on
 			// it would reset the connection, and a reset can discard the answer
 			// in the client's receive queue. Read a bounded amount first, as

@@ -298,8 +298,10 @@ func Listen(addr string, ln net.Listener) (net.Listener, error) {
 // no new connections are taken, in-flight requests get ShutdownGrace to finish.
 // It returns nil after a clean drain.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health, logger *slog.Logger) error {
+	ln = newHeadLimitListener(ln)
 	srv := &http.Server{
 		Handler:           h,
+		MaxHeaderBytes:    MaxHeaderBytes - netHTTPSlop,
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		ReadTimeout:       ReadTimeout,
 		IdleTimeout:       IdleTimeout,
