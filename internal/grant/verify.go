@@ -83,7 +83,7 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 	// twice counts once, unknown members pass), because the rules on it — typ,
 	// kid, nothing else — are ours to enforce, and must come before the key lookup.
 	h, _, _ := strings.Cut(g, ".")
-	hb, err := b64.DecodeString(h)
+	hb, err := base64.RawURLEncoding.Strict().DecodeString(h)
 	if err != nil {
 		return Claims{}, reject(ReasonMalformed, "the grant's header is not base64url")
 	}
@@ -115,13 +115,6 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 	return c, nil
 }
 
-// b64 decodes a grant's parts: unpadded base64url, strictly — the unused low
-// bits of a part's last character must be zero.
-var b64 = base64.RawURLEncoding.Strict()
-
-// partNames name a grant's three parts in refusals.
-var partNames = [3]string{"header", "claims", "signature"}
-
 // checkCanonical refuses a grant that is not exactly three parts, each the one
 // canonical unpadded base64url spelling of its bytes. go-jose decodes the claims
 // and signature leniently (padding stripped, a last character's unused bits
@@ -144,12 +137,14 @@ func checkCanonical(g string) *Rejection {
 	if dots != 2 {
 		return reject(ReasonMalformed, "the grant is not three base64url parts")
 	}
+	// Strict: the unused low bits of a part's last character must be zero.
+	enc := base64.RawURLEncoding.Strict()
 	rest := g
-	for i := range partNames {
+	for _, name := range [...]string{"header", "claims", "signature"} {
 		var part string
 		part, rest, _ = strings.Cut(rest, ".")
-		if _, err := b64.DecodeString(part); err != nil {
-			return reject(ReasonMalformed, "the grant's %s is not canonical base64url", partNames[i])
+		if _, err := enc.DecodeString(part); err != nil {
+			return reject(ReasonMalformed, "the grant's %s is not canonical base64url", name)
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ func headersFault() lockapi.FieldError {
 // netHTTPTooLarge is the answer net/http writes, itself and on the raw
 // connection, to a head over its limit: 431 in text/plain, not problem+json.
 // No hook lets a handler answer instead, so the connection rewrites it.
-var netHTTPTooLarge = []byte("HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large")
+const netHTTPTooLarge = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large"
 
 // headLimitListener hands net/http connections that answer a head over the
 // limit as the fasthttp servers do (400 INVALID_REQUEST, fault "headers").
@@ -74,7 +74,7 @@ type headLimitConn struct {
 }
 
 func (c *headLimitConn) Write(p []byte) (int, error) {
-	if len(p) == len(netHTTPTooLarge) && bytes.Equal(p, netHTTPTooLarge) {
+	if len(p) == len(netHTTPTooLarge) && string(p) == netHTTPTooLarge {
 		if _, err := c.Conn.Write(c.answer); err != nil {
 			return 0, err
 		}
