@@ -3,6 +3,7 @@ package lockserver
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -14,5 +15,7 @@ import (
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg)
+	// db_synchronous_standbys, as Run registers it when it checks the database.
+	_ = dbconn.RegisterPreconditionMetrics(reg)
 	return reg
 }

@@ -73,6 +73,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	stopWatch, err := dbconn.CheckPreconditions(ctx, st.pool, dbconn.Preconditions{Database: "lockdb"}, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	health := serve.NewHealth()
 	health.Add("db", st.ping)
 	handler := newServer(st, newMetrics(reg), health, reg, logger, cfg, gr)

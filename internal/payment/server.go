@@ -72,6 +72,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	stopWatch, err := dbconn.CheckPreconditions(ctx, st.pool, dbconn.Preconditions{Database: "paydb"}, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	m, err := newMetrics(reg)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
@@ -17,6 +18,8 @@ import (
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg, true)
+	// db_synchronous_standbys, as Run registers it when it checks the database.
+	_ = dbconn.RegisterPreconditionMetrics(reg)
 	// grant_rejected_total, as Run registers it whether or not grants are verified.
 	_, _ = grant.NewGate(nil, 0, reg, slog.New(slog.DiscardHandler))
 	return reg

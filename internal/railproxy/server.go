@@ -97,6 +97,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := requireDurable(ctx, store, cfg, logger, reg); err != nil {
 		return err
 	}
+	// BackendPID: a COMMIT whose answer was lost is resolved by looking its
+	// backend up in pg_stat_activity by the connection's announced pid.
+	stopWatch, err := dbconn.CheckPreconditions(ctx, store.pool, dbconn.Preconditions{Database: "paydb", BackendPID: true}, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	m := newMetrics(reg, cfg.FencingEnabled)
 	gate, err := grant.NewGate(keys, 0, reg, logger)
 	if err != nil {

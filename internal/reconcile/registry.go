@@ -3,6 +3,7 @@ package reconcile
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
 )
 
@@ -13,5 +14,7 @@ import (
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg)
+	// db_synchronous_standbys, as Run registers it when it checks the database.
+	_ = dbconn.RegisterPreconditionMetrics(reg)
 	return reg
 }

@@ -69,6 +69,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	stopWatch, err := dbconn.CheckPreconditions(ctx, st.pool, dbconn.Preconditions{Database: "paydb"}, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	m := newMetrics(reg)
 	statement := newStatementClient(cfg.RailProxyURL)
 	defer statement.close()

@@ -1,0 +1,64 @@
+package reconcile_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/internal/dbconn"
+	"lock.dev/internal/logcapture"
+	"lock.dev/internal/pgtest"
+	"lock.dev/internal/reconcile"
+)
+
+// The reconciler shows on /metrics, from start-up, how many synchronous standbys
+// paydb's primary requires, and on a single server (none) says so once at WARN,
+// naming itself.
+func TestReportsSynchronousStandbys(t *testing.T) {
+	t.Parallel()
+	logs := &logcapture.Buffer{}
+	cfg := reconcile.DefaultConfig()
+	cfg.PaydbURL, cfg.SettleToken, cfg.LogOutput = pgtest.PaydbURL(t), goodToken, logs
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
+	cfg.Interval = time.Hour
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listener = ln
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reconcile.Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	}()
+	body := ""
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if resp, err := http.Get("http://" + ln.Addr().String() + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				body = string(b)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reconciler did not serve /metrics")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, "\n"+dbconn.SyncStandbysGauge+" 0\n") {
+		t.Errorf("/metrics on a single server lacks %s 0", dbconn.SyncStandbysGauge)
+	}
+	warns := logs.Events(dbconn.NotSynchronousEvent)
+	if len(warns) != 1 || warns[0]["level"] != "WARN" || warns[0]["service"] != "reconciler" || warns[0]["database"] != "paydb" {
+		t.Errorf("%s lines: %v; want one WARN naming the reconciler and paydb", dbconn.NotSynchronousEvent, warns)
+	}
+}
