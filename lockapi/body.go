@@ -141,6 +141,7 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 		return notObject(i)
 	}
 	o := &Object{members: make([]member, 0, 8)}
+	badName := false
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		i++
@@ -153,9 +154,9 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 			if !ok {
 				return notObject(0)
 			}
-			if !isText(b[i:kend]) {
-				return fail(notTextName)
-			}
+			// Judged once the whole body is known to be well-formed: a
+			// grammar fault elsewhere is the answer first.
+			badName = badName || !isText(b[i:kend])
 			k := decodeString(b[i:kend])
 			i = skipSpace(b, kend)
 			if i >= len(b) || b[i] != ':' {
@@ -194,6 +195,9 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 	}
 	if skipSpace(b, i) != len(b) {
 		return fail("must contain exactly one JSON value (trailing data found)")
+	}
+	if badName {
+		return fail(notTextName)
 	}
 	return o, nil
 }

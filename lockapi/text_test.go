@@ -59,6 +59,10 @@ func TestParseObjectRefusesTextThatIsNotUnicode(t *testing.T) {
 		}
 	}
 
+	// A body that is not well-formed JSON is that first, whatever its names hold.
+	if _, errs := ParseObject([]byte("{\"\xff\":}")); len(errs) != 1 || errs[0].Problem != "must be well-formed JSON" {
+		t.Errorf("malformed with a bad name: %v, want the grammar's verdict", errs)
+	}
 	// A member name that is not text cannot be named back: the body is the fault.
 	for _, body := range []string{"{\"bene\xffficiary\":\"B\"}", `{"\ud800":"B"}`} {
 		if _, errs := ParseObject([]byte(body)); len(errs) != 1 || errs[0].Field != "body" || !strings.Contains(errs[0].Problem, "UTF-8") {

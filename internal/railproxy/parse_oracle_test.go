@@ -7,10 +7,12 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"lock.dev/internal/iso4217"
 	"lock.dev/lockapi"
 )
 
@@ -41,6 +43,7 @@ func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 		return fail("must be a JSON object")
 	}
 	var errs []lockapi.FieldError
+	badName := false // json.Valid held, so this verdict is the body's only fault
 	members := map[string]json.RawMessage{}
 	var order []string
 	for dec.More() {
@@ -49,6 +52,14 @@ func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 			return fail("must be well-formed JSON")
 		}
 		k, _ := kt.(string)
+		// The name's own bytes: the decoder has already turned bad text in it into
+		// U+FFFD, so the raw literal is read back from the input.
+		keyEnd := dec.InputOffset()
+		keyStart := bytes.LastIndexByte(b[:keyEnd-1], '"')
+		for keyStart > 0 && oracleEscaped(b[:keyStart]) {
+			keyStart = bytes.LastIndexByte(b[:keyStart], '"')
+		}
+		badName = badName || !oracleIsText(b[keyStart:keyEnd])
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return fail("must be well-formed JSON")
@@ -57,14 +68,64 @@ func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 			errs = append(errs, lockapi.FieldError{Field: k, Problem: "must appear only once"})
 			continue
 		}
+		if !oracleIsText(raw) {
+			errs = append(errs, lockapi.FieldError{Field: k, Problem: "must be valid UTF-8 text (no invalid bytes, no unpaired \\uD800–\\uDFFF escape)"})
+			raw = nil // present, but no rule sees it
+		}
 		members[k] = raw
 		order = append(order, k)
+	}
+	if badName {
+		return fail("member names must be valid UTF-8 text (no invalid bytes, no unpaired \\uD800–\\uDFFF escape)")
 	}
 	// The field rules, written here on their own (C3 #ct3-conventions), not by
 	// calling the binder under test: the oracle judges the members with
 	// encoding/json's values, regular expressions and big integers.
 	req, errs = oracleFields(members, order, errs)
 	return req, errs
+}
+
+// oracleEscape finds a JSON value's escapes left to right, each consuming its
+// backslash, so `\\u` is an escaped backslash followed by a plain u.
+var oracleEscape = regexp.MustCompile(`\\(?:u([0-9a-fA-F]{4})|[^u])`)
+
+// oracleIsText: valid UTF-8, and every surrogate escape a high half directly
+// followed by a low half.
+func oracleIsText(v []byte) bool {
+	if !utf8.Valid(v) {
+		return false
+	}
+	ms := oracleEscape.FindAllSubmatchIndex(v, -1)
+	for i := 0; i < len(ms); i++ {
+		if ms[i][2] < 0 {
+			continue
+		}
+		u, _ := strconv.ParseUint(string(v[ms[i][2]:ms[i][3]]), 16, 32)
+		switch {
+		case u >= 0xDC00 && u <= 0xDFFF:
+			return false
+		case u >= 0xD800 && u <= 0xDBFF:
+			if i+1 >= len(ms) || ms[i+1][0] != ms[i][1] || ms[i+1][2] < 0 {
+				return false
+			}
+			lo, _ := strconv.ParseUint(string(v[ms[i+1][2]:ms[i+1][3]]), 16, 32)
+			if lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i++
+		}
+	}
+	return true
+}
+
+// oracleEscaped reports whether the byte after b is escaped: b ends in an odd
+// number of backslashes.
+func oracleEscaped(b []byte) bool {
+	n := 0
+	for n < len(b) && b[len(b)-1-n] == '\\' {
+		n++
+	}
+	return n%2 == 1
 }
 
 var (
@@ -88,6 +149,9 @@ func oracleFields(members map[string]json.RawMessage, order []string, errs []loc
 		if !ok {
 			fault(name, "is required")
 			return ""
+		}
+		if raw == nil {
+			return "" // not text: already refused
 		}
 		var v any
 		_ = json.Unmarshal(raw, &v) // raw is one valid JSON value
@@ -118,7 +182,7 @@ func oracleFields(members map[string]json.RawMessage, order []string, errs []loc
 	req.AccountID = str("accountId", identifier)
 	if raw, ok := members["amountMinor"]; !ok {
 		fault("amountMinor", "is required")
-	} else {
+	} else if raw != nil {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()
 		var v any
@@ -139,8 +203,11 @@ func oracleFields(members map[string]json.RawMessage, order []string, errs []loc
 		}
 	}
 	req.Currency = str("currency", func(s string) string {
-		if !oracleCurrency.MatchString(s) {
+		switch {
+		case !oracleCurrency.MatchString(s):
 			return "must be three upper-case letters (ISO 4217)"
+		case !iso4217.Valid(s):
+			return "is an unknown ISO 4217 code: not in ISO 4217's list of active codes (published " + iso4217.Published + ")"
 		}
 		return ""
 	})
@@ -157,7 +224,7 @@ func oracleFields(members map[string]json.RawMessage, order []string, errs []loc
 	})
 	known := map[string]bool{"payoutId": true, "accountId": true, "amountMinor": true, "currency": true, "beneficiary": true}
 	for _, k := range order {
-		if !known[k] {
+		if !known[k] && members[k] != nil {
 			fault(k, "is not a known member")
 		}
 	}
@@ -182,12 +249,17 @@ func TestParseObjectAgreesWithOracle(t *testing.T) {
 		`{"payoutId":"p","accountId":"a","amountMinor":-9223372036854775809,"currency":"eur","beneficiary":" \u00a0"}`,
 		`{"payoutId":"p","accountId":"a","amountMinor":"1","currency":1,"beneficiary":null,"x":1,"y":2}`,
 		`{"payoutId":"p:.-_Z9","accountId":"é","amountMinor":1,"currency":"EUR","beneficiary":"\ud800"}`,
+		// Text that is not Unicode, and codes ISO 4217 does not list.
+		`{"payoutId":"p","accountId":"a","amountMinor":1,"currency":"ABC","beneficiary":"B-\udc00","x":"\ud83d\ude00"}`,
+		`{"payoutId":"p","accountId":"a","amountMinor":1,"currency":"JPY","beneficiary":"\ud83d\ude00\\ud800","x":["\ud83d"]}`,
+		"{\"payoutId\":\"p\",\"accountId\":\"a\",\"amountMinor\":1,\"currency\":\"XYZ\",\"beneficiary\":\"B-\xff\",\"\\ud800\":1}",
+		"{\"payoutId\":\"p\",\"amountMinor\":\"\xff\",\"amountMinor\":1,\"currency\":\"BHD\",\"beneficiary\":\"\xe2\x82\"}",
 	}
 	for _, s := range seeds {
 		compareParse(t, []byte(s))
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	alphabet := []byte(`{}[]":,.-+eE0123456789 \/ubtnrfalsx` + "\x00\xff\t")
+	alphabet := []byte(`{}[]":,.-+eE0123456789 \/ubtnrfalsxdDABC` + "\x00\xff\t\xe2")
 	for range 30000 {
 		b := []byte(seeds[r.IntN(len(seeds))])
 		for range 1 + r.IntN(3) {
