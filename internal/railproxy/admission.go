@@ -3,6 +3,7 @@ package railproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -46,6 +47,9 @@ type admitter struct {
 	// wait covers both).
 	active sync.WaitGroup
 	late   atomic.Int64 // resolving writes in the background right now
+
+	// hooks are seams for tests (Config.hooks); nil in production.
+	hooks *hooks
 }
 
 // lateMargin is how long before a row's interrupt_at the proxy stops trying to
@@ -321,6 +325,7 @@ func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.D
 		a.logger.Warn("resolving write committed on the primary only: the wait for the synchronous standby was cancelled",
 			"event", "resolution_not_durable", "submissionId", res.id, "outcome", res.outcome,
 			"railReference", strOrNil(res.railRef), "error", err.Error())
+		a.metrics.notDurable.Inc()
 		err = nil
 	}
 	if err != nil {
@@ -330,6 +335,9 @@ func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.D
 		return Attempt{SubmissionID: res.id, Outcome: &res.outcome, RailReference: res.railRef, DeclineReason: res.reason}, true, nil
 	}
 	row, err = a.store.Attempt(ctx, res.id)
+	if errors.Is(err, ErrNoRow) && a.hooks != nil && a.hooks.afterNoRow != nil {
+		a.hooks.afterNoRow(res)
+	}
 	if err != nil {
 		return Attempt{}, false, err
 	}
@@ -374,7 +382,7 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 			if left <= 0 {
 				break
 			}
-			row, wrote, err := a.resolveOnce(ctx, res, min(ResolveBound, left))
+			row, wrote, err := a.resolveChecked(ctx, res, min(ResolveBound, left))
 			switch {
 			case wrote:
 				a.metrics.lateResolutions.Inc()
@@ -386,14 +394,20 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 					"railReference", strOrNil(res.railRef), "elapsedMs", time.Since(start).Milliseconds(),
 					"late", true, "attempts", attempt)
 				return
+			case err == nil && ownResolution(res, row):
+				// The row says what this write says, and no janitor wrote it: an
+				// earlier attempt of this very write committed after its deadline
+				// had given up on its answer (a COMMIT waiting for the synchronous
+				// standby is cancelled at the deadline and commits on the primary).
+				// It is this write's resolution, counted and logged as such.
+				a.lateLanded(sub, res, start, took, metric, attempt, min(ResolveBound, max(time.Until(deadline), unsentRetryFloor)))
+				return
 			case err == nil:
 				// Resolved by someone else — the janitor, which counted it.
 				a.logger.Error("the row was resolved by someone else before the outcome could be written; the audit trail and the caller's answer disagree",
 					"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id,
 					"answered", res.outcome, "railReference", strOrNil(res.railRef), "rowSays", strOrNil(row.Outcome))
 				return
-			case errors.Is(err, ErrNoRow) && !a.backendPast(ctx, res, min(ResolveBound, time.Until(deadline))):
-				// The COMMIT may still land: try again.
 			case errors.Is(err, ErrNoRow):
 				// An intent whose COMMIT was unsure and did not happen: there is
 				// nothing to resolve, and the answer (nothing presented) stands.
@@ -412,18 +426,57 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 	}()
 }
 
-// resolveUnsure is resolveOnce for an intent whose row was not found after its
-// COMMIT's answer was lost: the row counts as not committed only once the backend
-// that was sent the COMMIT is past it, which is waited for until by; then the
-// write is tried once more. Still unknown at by, it answers errBackendBusy, for
-// the caller to carry on in the background.
+// ownResolution says whether row, found resolved by a resolving write that
+// changed nothing, says exactly what res was to write and was not resolved by a
+// janitor (which writes TIMEOUT only, and only past the row's interrupt_at).
+func ownResolution(res resolution, row Attempt) bool {
+	same := func(a, b *string) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+	return row.Outcome != nil && *row.Outcome == res.outcome && same(row.RailReference, res.railRef) &&
+		same(row.DeclineReason, res.reason) && (res.outcome != lockapi.OutcomeTimeout || row.InTime)
+}
+
+// lateLanded counts and logs a resolving write of resolveLater's found to have
+// committed after its deadline: a late resolution like any other
+// (rail_resolution_late_total, the submission under metric, submission_resolved
+// with late and committedAfterDeadline). Its COMMIT's answer was given up on, and
+// with it any warning that the wait for the synchronous standby was cancelled —
+// which is what our own deadline does to a COMMIT waiting for it — so whether it
+// is durable is asked (Store.ConfirmDurable, within bound); not confirmed, it is
+// resolution_not_durable, as a cancelled wait seen at once is.
+func (a *admitter) lateLanded(sub Submission, res resolution, start time.Time, took time.Duration, metric string, attempt int, bound time.Duration) {
+	a.metrics.lateResolutions.Inc()
+	if metric != "" {
+		a.count(metric, took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	err := a.store.ConfirmDurable(ctx)
+	cancel()
+	if err != nil {
+		a.metrics.notDurable.Inc()
+		a.logger.Warn("resolving write committed after its deadline, on the primary, and not confirmed on the synchronous standby",
+			"event", "resolution_not_durable", "submissionId", res.id, "outcome", res.outcome,
+			"railReference", strOrNil(res.railRef), "late", true, "error", err.Error())
+	}
+	a.logger.Info("submission resolved", "event", "submission_resolved", "payoutId", sub.PayoutID,
+		"accountId", sub.AccountID, "submissionId", res.id, "outcome", res.outcome,
+		"railReference", strOrNil(res.railRef), "elapsedMs", time.Since(start).Milliseconds(),
+		"late", true, "attempts", attempt, "committedAfterDeadline", true)
+}
+
+// resolveUnsure is resolveChecked for an intent whose row was not found after
+// its COMMIT's answer was lost, within by: until the backend that was sent the
+// COMMIT is past its transaction only that is asked, every unsurePoll (a row not
+// found cannot be final before); then the write is tried. Still unknown at by,
+// it answers errBackendBusy, for the caller to carry on in the background.
 func (a *admitter) resolveUnsure(ctx context.Context, res resolution, by time.Time) (Attempt, bool, error) {
 	wctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	for {
-		over, err := a.store.TransactionOver(wctx, res.unsureBackend)
-		if err == nil && over {
-			return a.resolveOnce(ctx, res, max(time.Until(by), unsentRetryFloor))
+		if over, err := a.store.TransactionOver(wctx, res.unsureBackend); err == nil && over {
+			row, wrote, err := a.resolveChecked(ctx, res, max(time.Until(by), unsentRetryFloor))
+			if !errors.Is(err, errBackendBusy) {
+				return row, wrote, err
+			}
 		}
 		t := time.NewTimer(unsurePoll)
 		select {
@@ -435,17 +488,30 @@ func (a *admitter) resolveUnsure(ctx context.Context, res resolution, by time.Ti
 	}
 }
 
-// backendPast says, for resolveLater, whether a row not found for res is final:
-// always, unless res is an unsure intent whose backend still holds its
-// transaction (asked within bound; not knowing counts as not past).
-func (a *admitter) backendPast(ctx context.Context, res resolution, bound time.Duration) bool {
+// resolveChecked is one attempt at the resolving write res, for every path that
+// resolves a row whose COMMIT's answer was lost (intentNotCommitted through
+// resolveUnsure, and resolveLater): such a row counts as never written only when
+// the backend that was sent the COMMIT was past it BEFORE the row was looked for.
+// Asked the other way round, a COMMIT that lands between the lookup and the
+// question passes for one that never happened: the row stays unresolved, the
+// janitor makes it TIMEOUT, and a payout whose caller was told "nothing
+// presented" is blocked as a duplicate. A row not found while the backend still
+// held its transaction is errBackendBusy: ask again. Bounded by bound in all.
+func (a *admitter) resolveChecked(ctx context.Context, res resolution, bound time.Duration) (Attempt, bool, error) {
 	if res.unsureBackend == 0 {
-		return true
+		return a.resolveOnce(ctx, res, bound)
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	over, err := a.store.TransactionOver(ctx, res.unsureBackend)
-	return err == nil && over
+	if err != nil {
+		return Attempt{}, false, fmt.Errorf("asking whether paydb backend %d is past the lost COMMIT: %w", res.unsureBackend, err)
+	}
+	row, wrote, err := a.resolveOnce(ctx, res, bound)
+	if errors.Is(err, ErrNoRow) && !over {
+		return Attempt{}, false, errBackendBusy
+	}
+	return row, wrote, err
 }
 
 // errBackendBusy: the backend sent the lost COMMIT still holds its transaction.

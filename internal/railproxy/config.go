@@ -82,6 +82,9 @@ type Config struct {
 	// the rail instead of a net.Dialer (a test makes a dial that never completes
 	// without depending on the kernel). It must honour ctx.
 	RailDial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// hooks are seams only this package's tests set (worker.go).
+	hooks *hooks
 }
 
 // DefaultConfig is the configuration with every C5 default.

@@ -111,6 +111,7 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 // first and forms the group once it has one: everything that queued meanwhile
 // rides along.
 func (a *admitter) admitWorker() {
+	defer a.replaceAdmitWorker() // worker.go
 	g := a.groups
 	for {
 		g.mu.Lock()
@@ -147,7 +148,7 @@ func (a *admitter) admitWorker() {
 		}
 		a.metrics.groupSize.Observe(float64(len(group)))
 		gctx, cancel := context.WithDeadline(context.Background(), dl)
-		res, fellBack := a.store.admitGroupConn(gctx, conn, subs, a.fencing, a.interruptAfter)
+		res, fellBack := a.admitGroupGuarded(gctx, conn, subs) // worker.go: a panic answers the members
 		cancel()
 		conn.release()
 		if fellBack != nil {
@@ -243,6 +244,7 @@ func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 // resolveWorker makes the queued resolving writes, a group per statement, until
 // the queue is empty.
 func (a *admitter) resolveWorker() {
+	defer a.replaceResolveWorker() // worker.go
 	g := a.groups
 	for {
 		g.mu.Lock()
@@ -280,7 +282,7 @@ func (a *admitter) resolveWorker() {
 		}
 		a.metrics.resolveGroupSize.Observe(float64(len(group)))
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
-		wrote, err := a.store.ResolveGroup(ctx, res)
+		wrote, err := a.resolveGroupGuarded(ctx, res) // worker.go: a panic answers the members
 		cancel()
 		if err != nil && len(group) > 1 && !errors.Is(err, context.DeadlineExceeded) && memberCaused(err) {
 			// One member's values refused: write them one by one.

@@ -246,6 +246,10 @@ func TestMetricsPinnedAndZeroInitialised(t *testing.T) {
 	for _, r := range statementResults {
 		want = append(want, `rail_statement_read_total{result="`+r+`"} 0`)
 	}
+	for _, w := range workerNames {
+		want = append(want, `rail_proxy_worker_panic_total{worker="`+w+`"} 0`)
+	}
+	want = append(want, `rail_resolution_not_durable_total 0`)
 	for _, path := range []string{"/metrics", "/actuator/prometheus"} {
 		body := scrape(t, p.URL+path)
 		for _, w := range want {
@@ -266,6 +270,9 @@ func TestMetricsPinnedAndZeroInitialised(t *testing.T) {
 	}
 	for _, r := range statementResults {
 		allowed[r] = true
+	}
+	for _, w := range workerNames {
+		allowed[w] = true
 	}
 	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
 	for _, line := range strings.Split(scrape(t, p.URL+"/metrics"), "\n") {

@@ -33,6 +33,8 @@ type metrics struct {
 	statementReads     *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
 	groupSize          prometheus.Histogram   // rail_admission_group_size (issue 10), group.go
 	resolveGroupSize   prometheus.Histogram   // rail_resolution_group_size, group.go
+	notDurable         prometheus.Counter     // rail_resolution_not_durable_total, admission.go
+	workerPanics       *prometheus.CounterVec // rail_proxy_worker_panic_total{worker}, worker.go
 }
 
 func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
@@ -90,6 +92,18 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 	})
 	reg.MustRegister(m.groupSize, m.resolveGroupSize)
+	m.notDurable = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "rail_resolution_not_durable_total",
+		Help: "Resolving writes committed on the primary but not known to be on the synchronous standby (its wait was cancelled, or the COMMIT landed after its deadline and could not be confirmed since).",
+	})
+	m.workerPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rail_proxy_worker_panic_total",
+		Help: "Panics recovered in the admission and resolution workers; their members were answered as their facts say.",
+	}, []string{"worker"})
+	reg.MustRegister(m.notDurable, m.workerPanics)
+	for _, w := range workerNames {
+		m.workerPanics.WithLabelValues(w)
+	}
 	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {

@@ -30,6 +30,8 @@ type pgForwarder struct {
 	// of them (a black-holed host, a stuck server), until setStall(false).
 	stall   bool
 	stalled []net.Conn
+	// held: with fault "after-hold", the COMMIT waits here until closed.
+	held chan struct{}
 }
 
 // commitMsg is a simple-protocol Query message carrying "COMMIT": how the
@@ -107,7 +109,7 @@ func (f *pgForwarder) upstream(c, s net.Conn) {
 			case "before":
 				_ = c.Close()
 				return
-			case "after", "after-down", "after-stall":
+			case "after", "after-down", "after-stall", "after-hold":
 				if fault == "after-stall" {
 					// paydb hangs from this moment: every other connection keeps
 					// its client side open with nothing behind it.
@@ -152,6 +154,12 @@ func (f *pgForwarder) upstream(c, s net.Conn) {
 				_ = c.Close()
 				if fault == "after" {
 					time.Sleep(100 * time.Millisecond)
+				}
+				if fault == "after-hold" {
+					f.mu.Lock()
+					held := f.held
+					f.mu.Unlock()
+					<-held
 				}
 				_, _ = s.Write(chunk)
 				time.Sleep(300 * time.Millisecond)
@@ -203,6 +211,18 @@ func (f *pgForwarder) setStall(stall bool) {
 			_ = c.Close()
 		}
 	}
+}
+
+// armHold arms fault "after-hold": the next COMMIT's answer is lost (the
+// proxy's side of the connection is closed) and the COMMIT itself is held until
+// release is called, when it lands.
+func (f *pgForwarder) armHold() (release func()) {
+	held := make(chan struct{})
+	var once sync.Once
+	f.mu.Lock()
+	f.fault, f.held = "after-hold", held
+	f.mu.Unlock()
+	return func() { once.Do(func() { close(held) }) }
 }
 
 func (f *pgForwarder) arm(fault string) {

@@ -47,6 +47,9 @@ type Attempt struct {
 	Outcome       *string // nil while unresolved
 	RailReference *string
 	DeclineReason *string
+	// InTime: resolved before its interrupt_at, so not by a janitor, which only
+	// resolves rows past it (read by Store.Attempt only).
+	InTime bool
 }
 
 // Admission is the committed result of steps 1–3.
@@ -340,7 +343,8 @@ UPDATE rail_submission
  WHERE submission_id = $1 AND outcome IS NULL`
 
 const attemptSQL = `
-SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason,
+       coalesce(resolved_at < interrupt_at, false)
   FROM rail_submission WHERE submission_id = $1`
 
 // Resolve sets the outcome of an unresolved row. It reports false when the row
@@ -379,13 +383,37 @@ func (s *Store) TransactionOver(ctx context.Context, pid uint32) (bool, error) {
 	return over, err
 }
 
+// ConfirmDurable says whether every transaction paydb's primary committed before
+// it is on the synchronous standby: it commits a transaction of its own that
+// writes WAL (confirmDurableSQL), whose COMMIT therefore waits for the standby to
+// have flushed the WAL up to it — and so everything committed earlier. nil:
+// durable; an error wrapping dbconn.ErrCommitNotDurable: that wait was cancelled;
+// any other error: not known. It is how a resolving write whose COMMIT landed
+// after its deadline (its answer, and any warning with it, given up on) learns
+// whether it is durable.
+func (s *Store) ConfirmDurable(ctx context.Context) error {
+	return dbconn.DurableBatch(ctx, s.pool, func(b *pgx.Batch) {
+		b.Queue(confirmDurableSQL)
+	}, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	})
+}
+
+// confirmDurableSQL writes a transactional logical-decoding message: WAL, and a
+// transaction id, so that its COMMIT is logged and waits for the synchronous
+// standby (a transaction that only takes an id writes no WAL before its commit
+// record, and PostgreSQL does not make its COMMIT wait). It changes no table; a
+// logical decoding consumer, if any, sees a message with this prefix.
+const confirmDurableSQL = `SELECT pg_logical_emit_message(true, 'lock.dev/rail-proxy', 'durability check')`
+
 // A state this role may not read (NULL) counts as busy: only gone or idle is over.
 const transactionOverSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle')`
 
 // Attempt reads one row by id; ErrNoRow when it does not exist.
 func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	var a Attempt
-	err := s.pool.QueryRow(ctx, attemptSQL, id).Scan(&a.SubmissionID, &a.SubmittedAt, &a.Outcome, &a.RailReference, &a.DeclineReason)
+	err := s.pool.QueryRow(ctx, attemptSQL, id).Scan(&a.SubmissionID, &a.SubmittedAt, &a.Outcome, &a.RailReference, &a.DeclineReason, &a.InTime)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, ErrNoRow
 	}
