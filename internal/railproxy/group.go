@@ -72,6 +72,20 @@ type groups struct {
 	admitRunning   int // admission workers running (at most admitWorkers)
 	resolves       []*resolveWait
 	resolveRunning int // resolution workers running (at most resolveWorkers)
+
+	// The members a group left Alone are admitted one by one by their own
+	// goroutines (admitAlone): one at a time per account, since they would wait
+	// for the same row anyway, and at most aloneSlots at once, so that members
+	// waiting for rows other transactions hold never take the connections the
+	// workers need.
+	aloneGates map[string]*aloneGate
+	aloneSlots chan struct{} // made at first use, from the pool's size
+}
+
+// aloneGate lets one Alone admission of an account run at a time.
+type aloneGate struct {
+	turn  chan struct{} // capacity 1: held while the account's Alone admission runs
+	users int           // goroutines holding or waiting for turn, under groups.mu
 }
 
 func newGroups(maxGroup int) *groups {
@@ -104,7 +118,71 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 	// The member waits for its group's truth whatever happens to its caller: once
 	// its group runs, its row may be committed.
 	r := <-w.done
+	if r.Alone {
+		// Its group did not decide it and wrote nothing for it (its account's
+		// mark row was held by another transaction, or the group's statement
+		// failed before COMMIT): it is admitted on its own, within what is left
+		// of its own bound.
+		return a.admitAlone(ctx, sub)
+	}
 	return r.Admission, r.Err
+}
+
+// admitAlone admits sub one by one (the pinned statements, Store.Admit), which
+// waits for its own account's mark row only, within ctx — the submission's own
+// admission bound.
+func (a *admitter) admitAlone(ctx context.Context, sub Submission) (Admission, error) {
+	leave, err := a.groups.enterAlone(ctx, sub.AccountID, max(1, a.store.maxConns()-admitWorkers-resolveWorkers))
+	if err != nil {
+		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for its turn to be admitted alone: %w", err)}
+	}
+	defer leave()
+	return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
+}
+
+// enterAlone waits, within ctx, for account's turn and a free slot among
+// slots; leave gives both back.
+func (g *groups) enterAlone(ctx context.Context, account string, slots int) (leave func(), err error) {
+	g.mu.Lock()
+	if g.aloneSlots == nil {
+		g.aloneSlots = make(chan struct{}, slots)
+	}
+	if g.aloneGates == nil {
+		g.aloneGates = map[string]*aloneGate{}
+	}
+	gate := g.aloneGates[account]
+	if gate == nil {
+		gate = &aloneGate{turn: make(chan struct{}, 1)}
+		g.aloneGates[account] = gate
+	}
+	gate.users++
+	free := g.aloneSlots
+	g.mu.Unlock()
+	done := func() {
+		g.mu.Lock()
+		if gate.users--; gate.users == 0 {
+			delete(g.aloneGates, account)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case gate.turn <- struct{}{}:
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+	select {
+	case free <- struct{}{}:
+	case <-ctx.Done():
+		<-gate.turn
+		done()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-free
+		<-gate.turn
+		done()
+	}, nil
 }
 
 // admitWorker admits groups until the queue is empty. It takes a connection
@@ -147,12 +225,16 @@ func (a *admitter) admitWorker() {
 			}
 		}
 		a.metrics.groupSize.Observe(float64(len(group)))
+		// The group runs within its earliest member's bound, which no member may
+		// outlive. Its statement never waits for a row another transaction holds;
+		// should the bound run out before COMMIT all the same, nothing was
+		// written and each member is admitted alone within its own bound.
 		gctx, cancel := context.WithDeadline(context.Background(), dl)
 		res, fellBack := a.admitGroupGuarded(gctx, conn, subs) // worker.go: a panic answers the members
 		cancel()
 		conn.release()
 		if fellBack != nil {
-			a.logger.Warn("group admission statement failed; its members were admitted one by one", "event", "admission_group_fallback",
+			a.logger.Warn("group admission statement failed before COMMIT; its members are admitted one by one", "event", "admission_group_fallback",
 				"groupSize", len(group), "error", fellBack.Error())
 		}
 		for i, w := range group {

@@ -80,6 +80,19 @@ type historyResult struct {
 // by one through Admit, today's path). A group never spans a resolution event.
 func runHistory(t *testing.T, h []histEvent, size int, fencing bool) historyResult {
 	t.Helper()
+	res, _ := runHistoryHolding(t, h, size, fencing, nil)
+	return res
+}
+
+// runHistoryHolding is runHistory where, with hold set, each group meets a
+// random few of the accounts' mark rows held by another transaction (locked,
+// updated but not committed, or being created): the group decides its other
+// members, the rows are released, and the members it left Alone are admitted
+// one by one in arrival order, as the dispatcher does. It returns the order in
+// which the submissions were decided: h with each group's Alone members moved
+// after its decided ones.
+func runHistoryHolding(t *testing.T, h []histEvent, size int, fencing bool, hold *rand.Rand) (historyResult, []histEvent) {
+	t.Helper()
 	ctx := context.Background()
 	url := pgtest.PaydbURL(t)
 	store, err := OpenStore(ctx, url, 4)
@@ -89,14 +102,78 @@ func runHistory(t *testing.T, h []histEvent, size int, fencing bool) historyResu
 	defer store.Close()
 	var adms []Admission
 	var pending []Submission
+	var decided []histEvent
+	heldInGroup := 0
+	admitGroup := func(subs []Submission) []MemberResult {
+		if hold == nil {
+			return store.AdmitGroup(ctx, subs, fencing, time.Minute)
+		}
+		accounts := []string{"acct-a", "acct-b", "acct-c", "acct-d", "acct-e"}
+		held := map[string]bool{}
+		tx, err := store.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		for range hold.IntN(3) {
+			acct := accounts[hold.IntN(len(accounts))]
+			held[acct] = true
+			q := `SELECT highest_token FROM rail_high_water WHERE account_id = $1 FOR UPDATE`
+			if hold.IntN(2) == 0 { // updated and not committed, or created and not committed
+				q = `INSERT INTO rail_high_water AS h (account_id, highest_token, updated_at) VALUES ($1, 1, now())
+				     ON CONFLICT (account_id) DO UPDATE SET updated_at = h.updated_at`
+			}
+			if _, err := tx.Exec(ctx, q, acct); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn, err := store.acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, fellBack := store.admitGroupConn(ctx, conn, subs, fencing, time.Minute)
+		conn.release()
+		if fellBack != nil {
+			t.Fatalf("a group meeting held mark rows fell back: %v", fellBack)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range out {
+			if r.Alone != held[subs[i].AccountID] {
+				t.Fatalf("member %d of %s: alone=%v, its row held=%v", i, subs[i].AccountID, r.Alone, held[subs[i].AccountID])
+			}
+			if r.Alone {
+				heldInGroup++
+			}
+		}
+		return out
+	}
 	flush := func() {
 		for len(pending) > 0 {
 			n := min(size, len(pending))
-			for i, r := range store.AdmitGroup(ctx, pending[:n], fencing, time.Minute) {
+			res := admitGroup(pending[:n])
+			var alone []int
+			for i, r := range res {
+				if r.Alone {
+					alone = append(alone, i)
+					continue
+				}
 				if r.Err != nil {
 					t.Fatalf("group member %d (%+v): %v", i, pending[i], r.Err)
 				}
 				adms = append(adms, r.Admission)
+				sub := pending[i]
+				decided = append(decided, histEvent{sub: &sub})
+			}
+			for _, i := range alone {
+				a, err := store.Admit(ctx, pending[i], fencing, time.Minute)
+				if err != nil {
+					t.Fatalf("group member %d (%+v) alone: %v", i, pending[i], err)
+				}
+				adms = append(adms, a)
+				sub := pending[i]
+				decided = append(decided, histEvent{sub: &sub})
 			}
 			pending = pending[n:]
 		}
@@ -104,6 +181,7 @@ func runHistory(t *testing.T, h []histEvent, size int, fencing bool) historyResu
 	for i, e := range h {
 		if e.sub == nil {
 			flush()
+			decided = append(decided, e)
 			if _, err := store.pool.Exec(ctx, `UPDATE rail_submission
 			   SET outcome = CASE WHEN (hashtext(payout_id) & 3) = 0 THEN 'UNSENT' ELSE 'ACKED' END,
 			       rail_reference = CASE WHEN (hashtext(payout_id) & 3) = 0 THEN NULL ELSE 'r-' || payout_id END,
@@ -119,11 +197,15 @@ func runHistory(t *testing.T, h []histEvent, size int, fencing bool) historyResu
 				t.Fatalf("event %d (%+v): %v", i, *e.sub, err)
 			}
 			adms = append(adms, a)
+			decided = append(decided, e)
 			continue
 		}
 		pending = append(pending, *e.sub)
 	}
 	flush()
+	if hold != nil && heldInGroup == 0 {
+		t.Fatal("no group met a held mark row")
+	}
 
 	rank := map[int64]int{}
 	var res historyResult
@@ -174,7 +256,7 @@ func runHistory(t *testing.T, h []histEvent, size int, fencing bool) historyResu
 	if err := mrows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return res
+	return res, decided
 }
 
 // Acceptance 2 of issue 10: random histories admitted through groups of 1, 2, 7
@@ -203,6 +285,28 @@ func TestGroupAdmissionEqualsOneByOne(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Groups meeting mark rows other transactions hold: each group decides its
+// members whose rows are free exactly as one by one would in arrival order, and
+// the members it leaves Alone, admitted one by one after it, get one by one's
+// verdicts too — the history equals the one-by-one admission of the order in
+// which the submissions were decided — with fencing on and off.
+func TestGroupAdmissionMeetingHeldRowsEqualsOneByOne(t *testing.T) {
+	t.Parallel()
+	for _, fencing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) {
+			t.Parallel()
+			h := randomHistory(rand.New(rand.NewPCG(7, 10)), 240)
+			for _, size := range []int{2, 7, 64} {
+				got, order := runHistoryHolding(t, h, size, fencing, rand.New(rand.NewPCG(uint64(size), 20)))
+				want := runHistory(t, order, 0, fencing)
+				if diff := compareHistory(want, got); diff != "" {
+					t.Errorf("groups of %d meeting held rows differ from one by one in their order of decision:\n%s", size, diff)
+				}
+			}
+		})
 	}
 }
 

@@ -18,16 +18,28 @@ import (
 // group forms of admission and resolution (issue 10; docs/contracts/rail-proxy.md
 // #group-admission).
 
-// admitGroupSQL calls paydb's rail_admit_group (migration 00005): steps 1–2 for
-// the whole group, in one statement.
-const admitGroupSQL = `SELECT o_ord, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
-  FROM rail_admit_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+// admitGroupSQL calls paydb's rail_admit_group_skip_locked (migration 00007):
+// steps 1–2 for the whole group, in one statement, never waiting for a mark row
+// another transaction holds: those members come back deferred.
+const admitGroupSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
+  FROM rail_admit_group_skip_locked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// skipHeldSQL bounds, for the rest of the transaction, how long a statement
+// waits for a row another transaction holds: the bound rail_admit_group_skip_locked
+// sets on itself, for the worker's group of one (the pinned statements).
+const skipHeldSQL = `SET LOCAL lock_timeout = '1ms'`
 
 // MemberResult is what became of one member of a group: its committed admission,
-// or the *CommitError its answer is made of.
+// the *CommitError its answer is made of, or Alone.
 type MemberResult struct {
 	Admission Admission
 	Err       error
+	// Alone: the group did not decide this member and wrote nothing for it — its
+	// account's mark row was held by another transaction, or the group's
+	// statement failed before COMMIT for a reason one member, a meeting with
+	// another transaction or the group's own deadline can cause. It is to be
+	// admitted on its own (Store.Admit), within its own bound.
+	Alone bool
 }
 
 // dbConn is a pooled paydb connection a group holds from the moment it is formed
@@ -46,17 +58,28 @@ func (s *Store) acquire(ctx context.Context) (dbConn, error) {
 	return dbConn{c: c}, nil
 }
 
-// AdmitGroup runs steps 1–3 for subs in one transaction, as Admit does for one:
-// the verdicts, rows and marks are those of admitting subs one by one in their
-// order. It returns one result per member, in subs' order. ctx bounds
-// everything, the wait for a connection included.
+// maxConns is the paydb pool's size.
+func (s *Store) maxConns() int { return int(s.pool.Config().MaxConns) }
+
+// AdmitGroup runs steps 1–3 for subs, as Admit does for one: the verdicts, rows
+// and marks are those of admitting subs one by one — the group's decided
+// members in their order, then the members it left Alone, one by one in theirs
+// (each on its own connection, as Admit). It returns one result per member, in
+// subs' order, none Alone. ctx bounds everything, the waits for connections
+// included.
 func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return failAll(len(subs), &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)})
 	}
-	defer conn.release()
 	out, _ := admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+	conn.release()
+	for i := range out {
+		if out[i].Alone {
+			a, err := s.Admit(ctx, subs[i], fencing, interruptAfter)
+			out[i] = MemberResult{Admission: a, Err: err}
+		}
+	}
 	return out
 }
 
@@ -68,21 +91,40 @@ func failAll(n int, err error) []MemberResult {
 	return out
 }
 
-// admitGroupOn is AdmitGroup on a connection the caller holds. Round trips: BEGIN,
-// the synchronous-commit raise and the group statement in one pipelined batch;
-// the first-attempt reads of DUPLICATE members (rare); COMMIT on its own, once
-// every submission_id is known, so a commit whose answer is lost still names the
-// rows that may exist.
+func allAlone(n int) []MemberResult {
+	out := make([]MemberResult, n)
+	for i := range out {
+		out[i].Alone = true
+	}
+	return out
+}
+
+// admitGroupOn is AdmitGroup on a connection the caller holds, without the
+// admissions of the members it leaves Alone: it never waits for a mark row
+// another transaction holds, so what one account's row does decides nothing
+// for the others. Round trips: BEGIN, the synchronous-commit raise and the
+// group statement in one pipelined batch; the first-attempt reads of DUPLICATE
+// members (rare); COMMIT on its own, once every submission_id is known, so a
+// commit whose answer is lost still names the rows that may exist.
 //
-// A group statement that fails for a reason one member's values can cause (a
-// data exception, an integrity violation, a deadlock or serialization failure)
-// is rolled back and its members are admitted one by one on the same
-// connection, so one bad member never fails the others; fellBack is then the
-// group statement's error. Any other failure before COMMIT fails every member:
-// nothing was written.
+// A member whose account's mark row another transaction holds is Alone; the
+// others are decided and committed. A group of one runs the pinned statements
+// with the same bound on the wait (skipHeldSQL).
+//
+// When the transaction fails before COMMIT for a reason one member's values or
+// a meeting with another transaction can cause (a data exception, an integrity
+// violation, a lock not available, a deadlock or serialization failure), or
+// because ctx — the earliest member's bound — ran out, it is rolled back and
+// every member is Alone: nothing was written, and each member is then admitted
+// on its own, within its own bound rather than what is left of another's;
+// fellBack is then the failure. Any other failure before COMMIT (paydb cannot
+// take work) fails every member: nothing was written.
 func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
 	if len(subs) == 1 {
-		a, err := admitOn(ctx, conn, subs[0], fencing, interruptAfter)
+		a, err := admitOn(ctx, conn, subs[0], fencing, interruptAfter, true)
+		if lockNotAvailable(err) {
+			return allAlone(1), nil
+		}
 		return []MemberResult{{Admission: a, Err: err}}, nil
 	}
 	n := len(subs)
@@ -97,11 +139,16 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 	}
 
 	inTx := false
-	fail := func(err error) []MemberResult {
+	// failed ends the transaction after a failure before COMMIT.
+	failed := func(err error) ([]MemberResult, error) {
+		inTx = inTx || conn.Conn().PgConn().TxStatus() != 'I'
 		if inTx {
 			rollback(ctx, conn)
 		}
-		return failAll(n, &CommitError{Err: err})
+		if memberCaused(err) || lockNotAvailable(err) || ctx.Err() != nil {
+			return allAlone(n), err
+		}
+		return failAll(n, &CommitError{Err: err}), nil
 	}
 
 	b := &pgx.Batch{}
@@ -123,32 +170,26 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 		err = cerr
 	}
 	if err != nil {
-		inTx = inTx || conn.Conn().PgConn().TxStatus() != 'I'
-		if memberCaused(err) && ctx.Err() == nil {
-			if inTx {
-				rollback(ctx, conn)
-			}
-			if conn.Conn().PgConn().TxStatus() == 'I' {
-				return admitEach(ctx, conn, subs, fencing, interruptAfter), err
-			}
-		}
-		return fail(fmt.Errorf("group admission statement: %w", err)), nil
+		return failed(fmt.Errorf("group admission statement: %w", err))
 	}
 
 	for i := range out {
 		a := &out[i].Admission
-		if a.Verdict != Duplicate {
+		if out[i].Alone || a.Verdict != Duplicate {
 			continue
 		}
 		first, err := firstAttempt(ctx, conn, subs[i].PayoutID)
 		if err != nil {
-			return fail(fmt.Errorf("reading the first attempt: %w", err)), nil
+			return failed(fmt.Errorf("reading the first attempt: %w", err))
 		}
 		a.First = first
 	}
 
 	if cerr := commit(ctx, conn); cerr != nil {
 		for i := range out {
+			if out[i].Alone {
+				continue // nothing of it was written
+			}
 			e := *cerr
 			e.SubmissionID, e.Intent = out[i].Admission.SubmissionID, out[i].Admission.Verdict == Admitted
 			out[i] = MemberResult{Err: &e}
@@ -167,17 +208,29 @@ func scanGroup(br pgx.BatchResults, out []MemberResult) error {
 	seen := 0
 	for rows.Next() {
 		var (
-			ord     int32
-			a       Admission
-			outcome *string
-			mark    *int64
+			ord      int32
+			deferred bool
+			id       *int64
+			at       *time.Time
+			outcome  *string
+			passed   *bool
+			mark     *int64
 		)
-		if err := rows.Scan(&ord, &a.SubmissionID, &a.SubmittedAt, &outcome, &a.PassedFence, &mark); err != nil {
+		if err := rows.Scan(&ord, &deferred, &id, &at, &outcome, &passed, &mark); err != nil {
 			return err
 		}
 		if ord < 1 || int(ord) > len(out) {
 			return fmt.Errorf("group admission returned ordinal %d for a group of %d", ord, len(out))
 		}
+		seen++
+		if deferred {
+			out[ord-1].Alone = true
+			continue
+		}
+		if id == nil || at == nil || passed == nil {
+			return fmt.Errorf("group admission returned member %d decided without its row", ord)
+		}
+		a := Admission{SubmissionID: *id, SubmittedAt: *at, PassedFence: *passed}
 		switch {
 		case outcome == nil:
 			a.Verdict = Admitted
@@ -193,7 +246,6 @@ func scanGroup(br pgx.BatchResults, out []MemberResult) error {
 			return fmt.Errorf("group admission returned outcome %q", *outcome)
 		}
 		out[ord-1].Admission = a
-		seen++
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -220,14 +272,11 @@ func memberCaused(err error) bool {
 	return pe.Code == "40P01" || pe.Code == "40001" // deadlock, serialization failure
 }
 
-// admitEach admits subs one by one on conn, each in its own transaction.
-func admitEach(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
-	out := make([]MemberResult, len(subs))
-	for i, s := range subs {
-		a, err := admitOn(ctx, conn, s, fencing, interruptAfter)
-		out[i] = MemberResult{Admission: a, Err: err}
-	}
-	return out
+// lockNotAvailable says whether err is PostgreSQL's lock_not_available: a
+// statement that waited lock_timeout for a row another transaction holds.
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // resolveGroupSQL is C1's pinned resolution for many rows in one statement: the

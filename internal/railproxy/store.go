@@ -215,12 +215,14 @@ func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interru
 		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)}
 	}
 	defer conn.Release()
-	return admitOn(ctx, conn, sub, fencing, interruptAfter)
+	return admitOn(ctx, conn, sub, fencing, interruptAfter, false)
 }
 
-// admitOn is Admit on a connection the caller holds (the group path falls back
-// to it, member by member, on the group's own connection).
-func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bool, interruptAfter time.Duration) (Admission, error) {
+// admitOn is Admit on a connection the caller holds. With skipHeld (the group
+// worker's group of one, groupstore.go) the transaction waits at most
+// lock_timeout for the account's mark row: a row another transaction holds
+// fails the statement with lock_not_available instead of stalling the worker.
+func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bool, interruptAfter time.Duration, skipHeld bool) (Admission, error) {
 	inTx := false
 	fail := func(err error) (Admission, error) {
 		if inTx {
@@ -234,6 +236,9 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bo
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(dbconn.RaiseSyncCommitSQL)
+	if skipHeld {
+		b.Queue(skipHeldSQL)
+	}
 	b.Queue(admitSQL, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
 		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds())
 	br := conn.SendBatch(ctx, b)
@@ -244,6 +249,9 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bo
 	_, err := br.Exec()
 	if err == nil {
 		inTx = true
+		_, err = br.Exec()
+	}
+	if err == nil && skipHeld {
 		_, err = br.Exec()
 	}
 	if err == nil {
