@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"lock.dev/lockapi"
 )
 
 // The payment hop on fasthttp. fasthttp.HostClient pools the connections, dials
@@ -331,12 +333,23 @@ func (c *railClient) Pay(_ context.Context, p railPayment) RailCall {
 	}
 	switch {
 	case status == http.StatusOK && r.Status == "ACCEPTED" && r.RailReference != "":
+		// An accept whose reference paydb cannot store and show as it is would
+		// be answered 200 and then recorded as something else (or not at all):
+		// it is no well-formed accept (docs/contracts/rail-proxy.md).
+		if p := lockapi.StorableTextProblem(r.RailReference, lockapi.MaxRailReferenceLen); p != "" {
+			return bad("railReference " + p)
+		}
 		return done(RailCall{Result: RailAccepted, RailReference: r.RailReference})
 	case status == http.StatusUnprocessableEntity && r.Status == "DECLINED":
 		// A decline is a decline with or without its reason; the row records
 		// that none was given rather than a NULL that reads like a lost one.
 		reason := DeclineUnspecified
 		if r.Reason != nil && *r.Reason != "" {
+			// The same for a decline: its reason is recorded and answered as
+			// given, or the decline is no well-formed one.
+			if p := lockapi.StorableTextProblem(*r.Reason, lockapi.MaxDeclineReasonLen); p != "" {
+				return bad("reason " + p)
+			}
 			reason = *r.Reason
 		}
 		return done(RailCall{Result: RailDeclined, DeclineReason: &reason})
