@@ -441,21 +441,21 @@ func deref(s *string) string {
 	return *s
 }
 
-// A post records the rail's words as relayed, whatever their length or
-// characters (only NUL, which PostgreSQL text cannot hold, is refused): a
-// refusal would leave a payout whose money moved unrecordable.
+// A post records the rail's words as relayed, up to their bounds and in any
+// printable characters (docs/contracts/payments.md); an empty decline reason is
+// kept as given.
 func TestPostRecordsRailWordsVerbatim(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	ctx := context.Background()
-	long := "RS-" + strings.Repeat("x", 5000) + "\t✓"
+	long := "RS-" + strings.Repeat("x", 31) + "✓" // 35 characters, the bound
 	for _, tc := range []struct {
 		id  string
 		req lockapi.PostRequest
 	}{
 		{"p-paid", lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: ptr(long)}},
 		{"p-declined", lockapi.PostRequest{Outcome: lockapi.StatusDeclined, DeclineReason: ptr("")}},
-		{"p-declined-2", lockapi.PostRequest{Outcome: lockapi.StatusDeclined, DeclineReason: ptr("limit\nexceeded")}},
+		{"p-declined-2", lockapi.PostRequest{Outcome: lockapi.StatusDeclined, DeclineReason: ptr(strings.Repeat("é", 140))}},
 		{"p-ambiguous", lockapi.PostRequest{Outcome: lockapi.StatusAmbiguous, RailReference: ptr("RS-9"), DeclineReason: ptr("late")}},
 	} {
 		e.create(t, tc.id, "acct-1", 10)

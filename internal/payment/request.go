@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"lock.dev/lockapi"
@@ -67,24 +66,15 @@ func validateOutcome(s string) error {
 	return fault("must be PAID, DECLINED or AMBIGUOUS")
 }
 
-// validateRailReference accepts any non-empty text, and validateDeclineReason any
-// text: both are the rail's own words, relayed by rail-proxy. Refusing them for
-// their length or characters would leave a payout whose money moved (or did not)
-// unrecordable; the 64 KiB body bound limits them. Only NUL is refused, since
-// PostgreSQL text cannot hold it.
-func validateRailReference(s string) error {
-	if s == "" {
-		return fault("must not be empty")
-	}
-	return validateDeclineReason(s)
-}
+// validateRailReference and validateDeclineReason take the rail's words as
+// rail-proxy relays them, but only as storable text: paydb must store them and
+// people must read them as the rail gave them (lockapi.ValidateRailReference,
+// lockapi.ValidateDeclineReason; docs/contracts/payments.md). rail-proxy never
+// answers an accept or decline with other text, so a post carrying it is a bug
+// to refuse, not a payment to record. An empty declineReason is kept as given.
+func validateRailReference(s string) error { return lockapi.ValidateRailReference(s) }
 
-func validateDeclineReason(s string) error {
-	if strings.ContainsRune(s, 0) {
-		return fault("must not contain NUL characters")
-	}
-	return nil
-}
+func validateDeclineReason(s string) error { return lockapi.ValidateDeclineReason(s) }
 
 func hasFault(errs []lockapi.FieldError, field string) bool {
 	for _, e := range errs {
