@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"lock.dev/lockapi"
@@ -230,6 +231,36 @@ func ambiguous() *lockapi.PostRequest {
 
 // verdict maps the proxy's answer to what is posted (C3 #ct3-executor step 4).
 func (e *executor) verdict(ctx context.Context, p lockapi.Payout, token int64, a submitAnswer) verdict {
+	return storableOnly(e.answerVerdict(ctx, p, token, a))
+}
+
+// storableOnly turns a verdict whose post would carry a rail reference or
+// decline reason that is not storable text (lockapi.ValidateRailReference,
+// lockapi.ValidateDeclineReason) into AMBIGUOUS, as rail-proxy does with such
+// an answer: an accept or decline whose words cannot be recorded as given is no
+// well-formed one (docs/contracts/executor.md). Only an older rail-proxy, or an
+// audit row written by one, can carry such words; payment-resource would refuse
+// them and leave the payout CLAIMED.
+func storableOnly(v verdict) verdict {
+	if v.post == nil {
+		return v
+	}
+	field, err := "railReference", error(nil)
+	if r := v.post.RailReference; r != nil {
+		err = lockapi.ValidateRailReference(*r)
+	}
+	if r := v.post.DeclineReason; err == nil && r != nil {
+		field, err = "declineReason", lockapi.ValidateDeclineReason(*r)
+	}
+	if err == nil {
+		return v
+	}
+	return verdict{resultAmbiguous, ambiguous(), "the " + field + " to post is not storable text (" + err.Error() +
+		"): no well-formed " + strings.ToLower(v.post.Outcome) + ", taken as ambiguous; settled from the rail's statement"}
+}
+
+// answerVerdict is verdict before the storable-text check.
+func (e *executor) answerVerdict(ctx context.Context, p lockapi.Payout, token int64, a submitAnswer) verdict {
 	switch a.kind {
 	case answerAccepted:
 		return verdict{resultPaid, paid(a.railReference), "the rail accepted"}
@@ -315,8 +346,14 @@ func (e *executor) adoptRecorded(ctx context.Context, p lockapi.Payout, token in
 	return verdict{resultUnavailable, nil, "no answer, and nothing forwardable is on record"}
 }
 
-// adoptRow maps a forwardable row's outcome to a post; an unresolved row posts nothing.
+// adoptRow maps a forwardable row's outcome to a post; an unresolved row posts
+// nothing. Words on record that are not storable text post AMBIGUOUS
+// (storableOnly).
 func adoptRow(row *lockapi.Submission) verdict {
+	return storableOnly(adoptRowOutcome(row))
+}
+
+func adoptRowOutcome(row *lockapi.Submission) verdict {
 	if row.Outcome == nil {
 		return verdict{resultUnavailable, nil, "the attempt on record is still unresolved"}
 	}
