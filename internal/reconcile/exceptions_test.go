@@ -98,6 +98,9 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 		t.Fatalf("exceptions = %v\nwant        %v", got, want)
 	}
 	for _, k := range reconcile.Kinds {
+		if k == reconcile.KindUnstorableLine {
+			continue // planted by TestUnstorableLineIsAnException: rail-stub writes only storable text
+		}
 		if total[k] != 1 {
 			t.Errorf("passes reported %d new %s, want 1 over all passes", total[k], k)
 		}

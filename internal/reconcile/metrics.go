@@ -13,10 +13,14 @@ const (
 	KindUnknownReference      = "UNKNOWN_REFERENCE"
 	KindLineContradictsPayout = "LINE_CONTRADICTS_PAYOUT"
 	KindPaidWithoutLine       = "PAID_WITHOUT_LINE"
+	// KindUnstorableLine: a statement line whose text paydb cannot store and
+	// show as it is; not copied (docs/contracts/reconciliation.md).
+	KindUnstorableLine = "UNSTORABLE_LINE"
 )
 
 // Kinds lists the exception kinds in the contract's order.
-var Kinds = []string{KindPresentedTwice, KindAmountMismatch, KindUnknownReference, KindLineContradictsPayout, KindPaidWithoutLine}
+var Kinds = []string{KindPresentedTwice, KindAmountMismatch, KindUnknownReference, KindLineContradictsPayout, KindPaidWithoutLine,
+	KindUnstorableLine}
 
 // Values of reconciler_settled_total{to}.
 var settledLabels = []string{"paid", "declined", "not_presented"}

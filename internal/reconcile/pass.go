@@ -172,6 +172,13 @@ func (r *reconciler) settleAmbiguous(ctx context.Context, ss *session, rep *Pass
 
 // settleOne applies C6's rules to one AMBIGUOUS payout, in their order.
 func (r *reconciler) settleOne(ctx context.Context, ss *session, c candidate, rep *PassReport) error {
+	// A line of this payout could not be copied (UNSTORABLE_LINE, recorded at
+	// its import): what it says — money moved, or declined — is unreadable, so
+	// nothing is settled, least of all NOT_PRESENTED for want of a line. The
+	// payout stays AMBIGUOUS until a person decides.
+	if c.Unstorable {
+		return nil
+	}
 	// A line whose account, amount or currency is not the payout's: the statement
 	// and the books describe different payments under one reference. Nothing is
 	// settled from it; the payout stays AMBIGUOUS until a person decides.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -206,6 +207,13 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 		return 0, nil, fmt.Errorf("import: begin: %w", err)
 	}
 	defer rollback(ctx, tx)
+	// A line whose text paydb cannot store and show as it is is not copied: it
+	// would fail the whole page's insert, every pass, for ever. It is recorded as
+	// an exception in this same transaction, and the import goes on past it.
+	lines, recorded, err = ss.setAsideUnstorable(ctx, tx, lines)
+	if err != nil {
+		return 0, nil, err
+	}
 	if len(lines) > 0 {
 		n := len(lines)
 		var (
@@ -232,10 +240,11 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 		if err != nil {
 			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
 		}
-		recorded, err = collectExceptions(rows)
+		proved, err := collectExceptions(rows)
 		if err != nil {
 			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
 		}
+		recorded = append(recorded, proved...)
 	}
 	if _, err := tx.Exec(ctx, advanceCursorSQL, lastSeq, readAt); err != nil {
 		return 0, nil, fmt.Errorf("advance the cursor to %d: %w", lastSeq, err)
@@ -244,6 +253,46 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 		return 0, nil, fmt.Errorf("import: commit: %w", err)
 	}
 	return imported, recorded, nil
+}
+
+// insertUnstorableSQL records a line that was not copied; payout_id is its
+// reference when that names a payout ($1 is null when the reference is itself
+// not storable text).
+const insertUnstorableSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
+SELECT $2, (SELECT payout_id FROM payout WHERE payout_id = $1), $3, $4
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+
+// setAsideUnstorable returns the lines that are storable text (unstorable), in
+// order, and records each other one as an UNSTORABLE_LINE exception in tx,
+// returning those newly recorded.
+func (ss *session) setAsideUnstorable(ctx context.Context, tx pgx.Tx, lines []lockapi.StatementLine) ([]lockapi.StatementLine, []exception, error) {
+	var recorded []exception
+	kept, copied := lines, true // kept is lines itself until a line is set aside
+	for i, l := range lines {
+		field, problem := unstorable(l)
+		if field == "" {
+			if !copied {
+				kept = append(kept, l)
+			}
+			continue
+		}
+		if copied {
+			kept, copied = slices.Clone(lines[:i]), false
+		}
+		ref, e := unstorableException(l, field, problem)
+		rows, err := tx.Query(ctx, insertUnstorableSQL, ref, e.Kind, e.Seq, e.Detail)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record line %d as %s: %w", l.Seq, KindUnstorableLine, err)
+		}
+		got, err := collectExceptions(rows)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record line %d as %s: %w", l.Seq, KindUnstorableLine, err)
+		}
+		recorded = append(recorded, got...)
+	}
+	return kept, recorded, nil
 }
 
 func collectExceptions(rows pgx.Rows) ([]exception, error) {
@@ -275,7 +324,10 @@ type candidate struct {
 	AmountMinor  int64
 	Currency     string
 	WindowPassed bool
-	Lines        []line
+	// Unstorable: a statement line of this payout was not copied, its text not
+	// storable (an UNSTORABLE_LINE exception names the payout).
+	Unstorable bool
+	Lines      []line
 }
 
 const (
@@ -284,7 +336,9 @@ const (
 	// attempt at the rail.
 	ambiguousSQL = `
 SELECT p.payout_id, p.account_id, p.amount_minor, p.currency,
-       coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false)
+       coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false),
+       EXISTS (SELECT 1 FROM reconciliation_exception e
+                WHERE e.kind = 'UNSTORABLE_LINE' AND coalesce(e.payout_id, '') = p.payout_id)
   FROM payout p
   LEFT JOIN reconciler_cursor c ON true
   LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
@@ -312,7 +366,7 @@ func (ss *session) ambiguous(ctx context.Context, settleAfter time.Duration, aft
 	}
 	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
-		err := r.Scan(&c.PayoutID, &c.AccountID, &c.AmountMinor, &c.Currency, &c.WindowPassed)
+		err := r.Scan(&c.PayoutID, &c.AccountID, &c.AmountMinor, &c.Currency, &c.WindowPassed, &c.Unstorable)
 		return c, err
 	})
 	if err != nil || len(cands) == 0 {

@@ -1,0 +1,151 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/internal/railproxy"
+	"lock.dev/internal/stack"
+	"lock.dev/lockapi"
+)
+
+// A statement line whose text paydb cannot store and show as it is — here a NUL
+// in an ACCEPTED line's rail reference, and a C1 control in a DECLINED line's
+// reason — is recorded as an UNSTORABLE_LINE exception and not copied; the
+// import goes on past it (the lines after it are copied, the cursor passes it,
+// the pass completes), and the payout it names stays AMBIGUOUS: never booked
+// from words nobody can read, never NOT_PRESENTED for want of a line
+// (docs/contracts/reconciliation.md). The statement is read through a real
+// rail-proxy, which relays the page whole.
+func TestUnstorableLineIsAnException(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, stack.Options{})
+	e.cfg.SettleAfter = time.Second
+	// Two AMBIGUOUS payouts whose calls never reached the real rail.
+	blackhole := e.blackholeProxy(t)
+	for _, p := range []lockapi.SubmissionRequest{payoutReq("p-nul", "acct-1", 100), payoutReq("p-later", "acct-2", 200)} {
+		if got := e.drive(t, blackhole, p); got != lockapi.StatusAmbiguous {
+			t.Fatalf("%s posted %s", p.PayoutID, got)
+		}
+	}
+	at := time.Now().UTC()
+	calls := []map[string]any{
+		{"seq": 1, "receivedAt": at, "reference": "p-nul", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR",
+			"result": "ACCEPTED", "railReference": "RS-\x00-1", "reason": nil},
+		{"seq": 2, "receivedAt": at, "reference": "p-later", "accountId": "acct-2", "amountMinor": 200, "currency": "EUR",
+			"result": "ACCEPTED", "railReference": "RS-2", "reason": nil},
+		{"seq": 3, "receivedAt": at, "reference": "nobody-3", "accountId": "acct-9", "amountMinor": 300, "currency": "EUR",
+			"result": "DECLINED", "railReference": nil, "reason": "closed\u0085"},
+	}
+	proxy := statementProxy(t, e.st.PaydbURL, calls)
+	e.cfg.RailProxyURL = proxy
+
+	// rail-proxy relays the page whole, the unstorable text as the rail gave it.
+	resp, err := testHTTP.Get(proxy + "/v1/rail/statement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page lockapi.Statement
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(page.Lines) != 3 || page.Lines[0].RailReference == nil ||
+		*page.Lines[0].RailReference != "RS-\x00-1" {
+		t.Fatalf("statement through rail-proxy: %d %+v %v", resp.StatusCode, page, err)
+	}
+
+	rep := e.pass(t)
+	if rep.Imported != 1 || rep.LastSeq != 3 {
+		t.Fatalf("first pass imported %d lines up to seq %d, want 1 line (seq 2) and the cursor at 3", rep.Imported, rep.LastSeq)
+	}
+	if rep.Settled["p-later"] != lockapi.StatusPaid {
+		t.Fatalf("first pass settled %v, want p-later PAID from the line after the unstorable one", rep.Settled)
+	}
+	e.waitWindow(t)
+	for range 2 {
+		if rep := e.pass(t); len(rep.Settled) != 0 || rep.Imported != 0 {
+			t.Fatalf("a later pass settled %v and imported %d", rep.Settled, rep.Imported)
+		}
+	}
+	want := []string{"UNSTORABLE_LINE - 3", "UNSTORABLE_LINE p-nul 1"}
+	got := e.exceptions(t)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("exceptions = %v, want %v", got, want)
+	}
+	if n := len(e.logs.Events("reconciliation_exception")); n != 2 {
+		t.Errorf("%d reconciliation_exception log lines, want 2", n)
+	}
+	if s := e.status(t, "p-nul"); s != lockapi.StatusAmbiguous {
+		t.Errorf("p-nul is %s, want AMBIGUOUS: its only line could not be read", s)
+	}
+	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != 1 {
+		t.Errorf("%d statement lines copied, want 1", n)
+	}
+	var detail string
+	if err := e.st.Paydb.QueryRow(t.Context(), `SELECT detail FROM reconciliation_exception WHERE seq = 1`).Scan(&detail); err != nil {
+		t.Fatal(err)
+	}
+	if want := `rail reference "RS-\x00-1"`; !strings.Contains(detail, want) {
+		t.Errorf("detail %q does not show the reference escaped (%s)", detail, want)
+	}
+}
+
+// statementProxy runs a rail-proxy on paydb whose rail serves calls as its call
+// log (GET /rail/v1/calls), paged by after and limit.
+func statementProxy(t *testing.T, paydbURL string, calls []map[string]any) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /rail/v1/health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /rail/v1/calls", func(w http.ResponseWriter, r *http.Request) {
+		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		page := []map[string]any{}
+		for _, c := range calls {
+			if seq := int64(c["seq"].(int)); seq > after && len(page) < limit {
+				page = append(page, c)
+			}
+		}
+		lockapi.WriteJSON(w, http.StatusOK, map[string]any{"calls": page})
+	})
+	rail := httptest.NewServer(mux)
+	t.Cleanup(rail.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := railproxy.DefaultConfig()
+	cfg.PaydbURL, cfg.RailBaseURL = paydbURL, rail.URL
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
+	cfg.Listener, cfg.LogOutput = ln, io.Discard
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- railproxy.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("statement rail-proxy: %v", err)
+		}
+	})
+	url := "http://" + ln.Addr().String()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if resp, err := testHTTP.Get(url + "/livez"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("statement rail-proxy did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
