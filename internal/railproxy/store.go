@@ -232,7 +232,8 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bo
 	}
 
 	// RaiseSyncCommitSQL rides in the same batch as BEGIN: the COMMIT below waits
-	// for the synchronous standby whatever paydb's default, at no extra round trip.
+	// for the synchronous standby, and a cancelled wait is reported to us,
+	// whatever paydb's, the role's or the URL's settings, at no extra round trip.
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(dbconn.RaiseSyncCommitSQL)
