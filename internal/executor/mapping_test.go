@@ -147,15 +147,7 @@ func TestVerdictForEveryAnswer(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(tc.proxy)
-			defer srv.Close()
-			e := newTestExecutor(t, srv.URL)
-			p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			a := e.proxy.submit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
-				AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
-			v := e.verdict(ctx, p, token, a)
+			v := verdictAgainst(t, tc.proxy, token)
 			if v.result != tc.result {
 				t.Errorf("counted as %q, want %q (%s)", v.result, tc.result, v.why)
 			}
@@ -233,4 +225,19 @@ func TestVerdictForResentAnswer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// verdictAgainst submits payout p-1 with token through an executor whose
+// rail-proxy is proxy, and returns the executor's verdict on the answer.
+func verdictAgainst(t *testing.T, proxy http.Handler, token int64) verdict {
+	t.Helper()
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	e := newTestExecutor(t, srv.URL)
+	p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a := e.proxy.submit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
+		AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
+	return e.verdict(ctx, p, token, a)
 }

@@ -1,9 +1,7 @@
 package executor
 
 import (
-	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -43,15 +41,7 @@ func TestVerdictNeverPostsUnstorableText(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(tc.proxy)
-			defer srv.Close()
-			e := newTestExecutor(t, srv.URL)
-			p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			a := e.proxy.submit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
-				AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
-			v := e.verdict(ctx, p, token, a)
+			v := verdictAgainst(t, tc.proxy, token)
 			if v.result != resultAmbiguous || postOutcome(v.post) != lockapi.StatusAmbiguous {
 				t.Fatalf("counted %q, posts %s (%s); want %q posting AMBIGUOUS", v.result, postOutcome(v.post), v.why, resultAmbiguous)
 			}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"lock.dev/internal/pgtest"
 )
 
 // The group statement itself, on real paydb: while another transaction holds
@@ -18,17 +16,8 @@ import (
 func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.PaydbURL(t)
-	store, err := OpenStore(ctx, url, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	pool := pgtest.Pool(t, url)
-	mk := func(p, acct string, tok int64) Submission {
-		return Submission{PayoutID: p, AccountID: acct, Token: tok, OwnerID: "w", IdempotencyKey: p, AmountMinor: 1,
-			Currency: "EUR", Beneficiary: "b"}
-	}
+	store, pool := groupTestStore(t)
+	mk := groupTestSub
 	for _, acct := range []string{"acct-x", "acct-y"} {
 		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, time.Minute); err != nil {
 			t.Fatal(err)
@@ -126,17 +115,8 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 func TestGroupWithAHeldPayoutLeavesEveryMemberAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.PaydbURL(t)
-	store, err := OpenStore(ctx, url, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	pool := pgtest.Pool(t, url)
-	mk := func(p, acct string, tok int64) Submission {
-		return Submission{PayoutID: p, AccountID: acct, Token: tok, OwnerID: "w", IdempotencyKey: p, AmountMinor: 1,
-			Currency: "EUR", Beneficiary: "b"}
-	}
+	store, pool := groupTestStore(t)
+	mk := groupTestSub
 	holder, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

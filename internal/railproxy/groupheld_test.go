@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
@@ -23,17 +24,8 @@ import (
 func TestGroupCommitsOthersWhileAMarkRowIsHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.PaydbURL(t)
-	store, err := OpenStore(ctx, url, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	pool := pgtest.Pool(t, url)
-	mk := func(p, acct string, tok int64) Submission {
-		return Submission{PayoutID: p, AccountID: acct, Token: tok, OwnerID: "w", IdempotencyKey: p, AmountMinor: 1,
-			Currency: "EUR", Beneficiary: "b"}
-	}
+	store, pool := groupTestStore(t)
+	mk := groupTestSub
 	for _, acct := range []string{"acct-x", "acct-y", "acct-z"} {
 		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, time.Minute); err != nil {
 			t.Fatal(err)
@@ -266,4 +258,24 @@ func TestHeldMarkRowDelaysOnlyItsOwnAccount(t *testing.T) {
 			t.Errorf("acct-x's mark %d, want it untouched by the unadmitted token 20", m)
 		}
 	})
+}
+
+// groupTestStore is a Store on a fresh paydb of its own (4 connections) and a
+// pool on the same database for the test's own transactions: the ones that hold
+// mark rows while a group runs.
+func groupTestStore(t *testing.T) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	url := pgtest.PaydbURL(t)
+	store, err := OpenStore(context.Background(), url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store, pgtest.Pool(t, url)
+}
+
+// groupTestSub is a submission of payout p for acct with token tok.
+func groupTestSub(p, acct string, tok int64) Submission {
+	return Submission{PayoutID: p, AccountID: acct, Token: tok, OwnerID: "w", IdempotencyKey: p, AmountMinor: 1,
+		Currency: "EUR", Beneficiary: "b"}
 }

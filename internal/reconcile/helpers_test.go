@@ -252,13 +252,29 @@ func (e *env) blackholeProxy(t testing.TB) string {
 			mu.Unlock()
 		}
 	}()
+	cfg := railproxy.DefaultConfig()
+	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, "http://"+rail.Addr().String()
+	cfg.RailReadTimeout = 300 * time.Millisecond
+	return runProxy(t, "blackhole rail-proxy", cfg, func() {
+		_ = rail.Close()
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// runProxy runs a rail-proxy with cfg on a free loopback port until the test
+// ends (then stops it and runs after), and returns its base URL once it is live.
+func runProxy(t testing.TB, name string, cfg railproxy.Config, after func()) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := railproxy.DefaultConfig()
-	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, "http://"+rail.Addr().String()
-	cfg.RailReadTimeout = 300 * time.Millisecond
 	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
 	ctx, cancel := context.WithCancel(context.Background())
@@ -267,14 +283,11 @@ func (e *env) blackholeProxy(t testing.TB) string {
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("blackhole rail-proxy: %v", err)
+			t.Errorf("%s: %v", name, err)
 		}
-		_ = rail.Close()
-		mu.Lock()
-		for _, c := range held {
-			_ = c.Close()
+		if after != nil {
+			after()
 		}
-		mu.Unlock()
 	})
 	url := "http://" + ln.Addr().String()
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -285,10 +298,8 @@ func (e *env) blackholeProxy(t testing.TB) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("blackhole rail-proxy did not come up")
+			t.Fatalf("%s did not come up", name)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

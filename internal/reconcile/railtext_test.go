@@ -1,10 +1,7 @@
 package reconcile_test
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -118,34 +115,7 @@ func statementProxy(t *testing.T, paydbURL string, calls []map[string]any) strin
 	})
 	rail := httptest.NewServer(mux)
 	t.Cleanup(rail.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := railproxy.DefaultConfig()
 	cfg.PaydbURL, cfg.RailBaseURL = paydbURL, rail.URL
-	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
-	cfg.Listener, cfg.LogOutput = ln, io.Discard
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- railproxy.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("statement rail-proxy: %v", err)
-		}
-	})
-	url := "http://" + ln.Addr().String()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := testHTTP.Get(url + "/livez"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("statement rail-proxy did not come up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return runProxy(t, "statement rail-proxy", cfg, nil)
 }
