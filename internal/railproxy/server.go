@@ -16,6 +16,7 @@ import (
 
 	"lock.dev/api"
 	"lock.dev/internal/dbconn"
+	"lock.dev/internal/fastserve"
 	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
 )
@@ -141,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 		"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
 		"paydbMaxConns", cfg.PaydbMaxConns)
-	err = serve.ServeFast(ctx, ln, serve.Handler(mux, logger), health, logger)
+	err = fastserve.ServeFast(ctx, ln, serve.Handler(mux, logger), health, logger)
 	// A submission whose connection outlived the drain grace is still carried to
 	// its answer and its row resolved before the pool closes, and a resolving
 	// write paydb did not take is still tried until shortly before its row's

@@ -164,7 +164,7 @@ const (
 // reply still gets drainReplies to come due; one that would be later is dropped
 // instead, as by a rail going down mid-flight, so the drain ends within its grace.
 // The payment is booked either way. A caller that leaves ends the wait only under
-// net/http (Handler in a test's server): the binary's server (serve.ServeFast)
+// net/http (Handler in a test's server): the binary's server (fastserve.ServeFast)
 // does not cancel a request's context, and the reply then goes to a closed
 // connection.
 func (s *Stub) delay(ctx context.Context, ms int) delayResult {

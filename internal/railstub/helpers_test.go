@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/fastserve"
 	"lock.dev/internal/logcapture"
-	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
 
@@ -41,7 +41,7 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	// Served by the server the binary runs (serve.ServeFast's). Every exchange
+	// Served by the server the binary runs (fastserve.ServeFast's). Every exchange
 	// with the stub is checked against api/rail-stub.json, and its findings fail
 	// t: Track's cleanup runs after the one below, which closes the server once
 	// every request has been answered.
@@ -59,7 +59,7 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 }
 
 // serveFast serves h on a loopback port with the server the binary runs
-// (serve.NewFastServer). shutdown stops it once every request has been
+// (fastserve.NewFastServer). shutdown stops it once every request has been
 // answered and reports what went wrong, if anything.
 func serveFast(tb testing.TB, h http.Handler, s *Stub) (url string, shutdown func() error) {
 	tb.Helper()
@@ -67,7 +67,7 @@ func serveFast(tb testing.TB, h http.Handler, s *Stub) (url string, shutdown fun
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := serve.NewFastServer(h, s.logger)
+	srv := fastserve.NewFastServer(h, s.logger)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), func() error {

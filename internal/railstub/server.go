@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/api"
+	"lock.dev/internal/fastserve"
 	"lock.dev/internal/serve"
 )
 
@@ -156,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	stopAfter := context.AfterFunc(ctx, s.stop)
 	defer stopAfter()
-	if err := serve.ServeFast(ctx, ln, s.handler, s.health, s.logger); err != nil {
+	if err := fastserve.ServeFast(ctx, ln, s.handler, s.health, s.logger); err != nil {
 		return fmt.Errorf("rail-stub: %w", err)
 	}
 	return nil

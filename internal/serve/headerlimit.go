@@ -27,8 +27,9 @@ const MaxHeaderBytes = 8 << 10
 // refuses a head as too large.
 const netHTTPSlop = 4096
 
-// headersFault is the one fault of a head over MaxHeaderBytes.
-func headersFault() lockapi.FieldError {
+// HeadersFault is the one fault of a head over MaxHeaderBytes, whichever server
+// refused it.
+func HeadersFault() lockapi.FieldError {
 	return lockapi.FieldError{Field: "headers", Problem: fmt.Sprintf("the request line and headers must fit in %d bytes", MaxHeaderBytes)}
 }
 
@@ -46,7 +47,7 @@ type headLimitListener struct {
 
 func newHeadLimitListener(ln net.Listener) net.Listener {
 	w := &rawWriter{header: http.Header{}}
-	lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{headersFault()})
+	lockapi.WriteInvalid(w, http.StatusBadRequest, []lockapi.FieldError{HeadersFault()})
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", w.status, http.StatusText(w.status))
 	w.header.Set("Connection", "close")

@@ -1,4 +1,4 @@
-package serve
+package serve_test
 
 import (
 	"bufio"
@@ -12,17 +12,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"lock.dev/internal/fastserve"
+	"lock.dev/internal/serve"
 )
 
 // Both servers every service runs — net/http (lock-server, payment-resource,
 // executor, reconciler) and fasthttp (rail-proxy, rail-stub) — take a request
-// head just under MaxHeaderBytes and refuse one just over it the same way: 400
-// problem+json INVALID_REQUEST with the one fault "headers", the handler never
-// run.
+// head just under serve.MaxHeaderBytes and refuse one just over it the same
+// way: 400 problem+json INVALID_REQUEST with the one fault "headers", the
+// handler never run.
 func TestOneHeaderLimitAnsweredAlike(t *testing.T) {
-	servers := map[string]func(context.Context, net.Listener, http.Handler, *Health, *slog.Logger) error{
-		"net/http": Serve,
-		"fasthttp": ServeFast,
+	servers := map[string]func(context.Context, net.Listener, http.Handler, *serve.Health, *slog.Logger) error{
+		"net/http": serve.Serve,
+		"fasthttp": fastserve.ServeFast,
 	}
 	for name, run := range servers {
 		t.Run(name, func(t *testing.T) {
@@ -37,7 +40,7 @@ func TestOneHeaderLimitAnsweredAlike(t *testing.T) {
 				served.Add(1)
 				w.WriteHeader(http.StatusNoContent)
 			})
-			go func() { done <- run(ctx, ln, h, NewHealth(), slog.New(slog.DiscardHandler)) }()
+			go func() { done <- run(ctx, ln, h, serve.NewHealth(), slog.New(slog.DiscardHandler)) }()
 			t.Cleanup(func() {
 				cancel()
 				if err := <-done; err != nil {
@@ -53,9 +56,9 @@ func TestOneHeaderLimitAnsweredAlike(t *testing.T) {
 				size   int
 				status int
 			}{
-				{MaxHeaderBytes - 64, http.StatusNoContent},
-				{MaxHeaderBytes + 64, http.StatusBadRequest},
-				{4 * MaxHeaderBytes, http.StatusBadRequest},
+				{serve.MaxHeaderBytes - 64, http.StatusNoContent},
+				{serve.MaxHeaderBytes + 64, http.StatusBadRequest},
+				{4 * serve.MaxHeaderBytes, http.StatusBadRequest},
 			} {
 				resp, body := roundTrip(t, ln.Addr().String(), head(c.size))
 				if resp.StatusCode != c.status {

@@ -312,7 +312,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 		health.logger = logger
 	}
 	health.mu.Unlock()
-	return serveUntil(ctx, ln, health, logger, srv.Serve, func(sctx context.Context) error {
+	return Until(ctx, ln, health, logger, srv.Serve, func(sctx context.Context) error {
 		if err := srv.Shutdown(sctx); err != nil {
 			_ = srv.Close()
 			return err
@@ -321,10 +321,10 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 	}, http.ErrServerClosed)
 }
 
-// serveUntil runs serve on ln until ctx is cancelled, then drains: readiness
+// Until runs serve on ln until ctx is cancelled, then drains: readiness
 // DOWN, shutdown given ShutdownGrace. serve's return after a clean shutdown is
-// nil or closed. Serve and ServeFast share it.
-func serveUntil(ctx context.Context, ln net.Listener, health *Health, logger *slog.Logger,
+// nil or closed. Serve and fastserve.ServeFast share it.
+func Until(ctx context.Context, ln net.Listener, health *Health, logger *slog.Logger,
 	serve func(net.Listener) error, shutdown func(context.Context) error, closed error) error {
 	errc := make(chan error, 1)
 	go func() { errc <- serve(ln) }()

@@ -1,4 +1,4 @@
-package serve
+package fastserve
 
 import (
 	"bufio"
@@ -49,7 +49,7 @@ var jsonRoute = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 // A body over 64 KiB, which fasthttp does not read, is answered as the handler
-// answers it, in C3's order: 415 for a content type that is not JSON before 413
+// answers it, in the contract's order: 415 for a content type that is not JSON before 413
 // for the size, and a route that takes no body answers as it always does. This
 // holds for a chunked body too, whose request fasthttp resets before its error
 // handler runs. Each request is written whole before its answer is read, from a
@@ -160,7 +160,7 @@ func TestChunkedHeaderCopiesAreBounded(t *testing.T) {
 
 // A request waiting in its handler — a submission waiting on the rail — holds no
 // read buffer: its body was read whole before the handler and the connection's
-// buffer went back to the pool (issue 10, item 4: 2,000 of them within 64 MiB).
+// buffer went back to the pool (2,000 of them within 64 MiB).
 // A streamed body would keep the 4 KiB buffer until the handler returned. The
 // figure is the heap in use per waiting request, both ends of each connection
 // included, after a collection.

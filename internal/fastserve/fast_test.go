@@ -1,4 +1,4 @@
-package serve
+package fastserve
 
 import (
 	"bufio"
@@ -89,8 +89,8 @@ func TestReadTimeoutClosesWithoutAnswer(t *testing.T) {
 		}
 	})
 
-	// A request the server cannot read is still answered with C3's INVALID_REQUEST
-	// shape: 400 (never 431, which C3 does not have) and the faults listed.
+	// A request the server cannot read is still answered with the INVALID_REQUEST
+	// shape: 400 (never 431, which the contract does not have) and the faults listed.
 	for _, c := range []struct{ name, send, field string }{
 		{"malformed request still answered", "NOT-HTTP\r\n\r\n", "request"},
 		{"headers over the read buffer", "POST /v1/rail/submissions HTTP/1.1\r\nHost: x\r\nX-Big: " +

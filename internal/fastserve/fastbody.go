@@ -1,4 +1,4 @@
-package serve
+package fastserve
 
 import (
 	"bytes"
@@ -10,11 +10,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
 
 // A request whose body is over lockapi.MaxBodyBytes is not read by fasthttp: it
-// calls the ErrorHandler instead of the handler. C3 still wants the answer the
+// calls the ErrorHandler instead of the handler. The contract still wants the answer the
 // handler would give — content type (415) before size (413), and a route that
 // takes no body answering as it always does — so the request is served all the
 // same, with a body that cannot be read (refusedBody), and its bytes are thrown
@@ -65,7 +66,7 @@ func drainRefused(c net.Conn, contentLength int) {
 	if c == nil || contentLength > lockapi.MaxDrainBytes {
 		return
 	}
-	end := time.Now().Add(ReadTimeout - ReadHeaderTimeout)
+	end := time.Now().Add(serve.ReadTimeout - serve.ReadHeaderTimeout)
 	buf := make([]byte, 32<<10)
 	for n := 0; n < lockapi.MaxDrainBytes; {
 		deadline := end
@@ -89,7 +90,7 @@ const drainIdle = 250 * time.Millisecond
 // chunkedHeaders keeps a copy of the header of each chunked request while fasthttp
 // reads its body. When a chunked body runs past MaxRequestBodySize, fasthttp
 // resets the whole request, header included, before it calls the ErrorHandler,
-// and the answer C3 gives depends on the route and the content type. A request
+// and the answer the contract gives depends on the route and the content type. A request
 // with a Content-Length over the limit keeps its header and needs no copy.
 //
 // A copy is taken back when the handler or the ErrorHandler runs. One is left

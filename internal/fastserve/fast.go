@@ -1,4 +1,38 @@
-package serve
+// Package fastserve serves an http.Handler with fasthttp's server. It is the
+// server of the services on the payout path: rail-proxy, and rail-stub, which
+// stands in for the rail beside it. Every other service serves with net/http
+// (internal/serve), and both answer alike.
+//
+// Why fasthttp: one goroutine per connection and no background reader (net/http
+// runs two goroutines per connection), its buffers pooled, and an answer written
+// in one write. Every route still runs through the same net/http handlers
+// (serve.Handler around the mux: 404/405, panics → 500, request_refused logging),
+// handed an *http.Request and an http.ResponseWriter of our own (toHTTPRequest,
+// fastWriter) on the connection's own goroutine — fasthttpadaptor is not used: it
+// buffers the whole request body (no bound) and runs each handler on a goroutine
+// of its own.
+//
+// The server rules of docs/contracts/README.md (HTTP conventions), as net/http
+// has them:
+//   - the request headers within 5 s (ReadTimeout, from the first byte), the body
+//     within a further 10 s (HeaderReceived), idle connections closed after 60 s;
+//   - a body of at most 64 KiB is read whole before the handler runs, and the
+//     connection's read buffer goes back to the pool before it runs
+//     (ReduceMemoryUsage): a request waiting in its handler — a submission
+//     waiting on the rail — holds no read buffer. A streamed body would hold
+//     the connection's read buffer until the handler returned;
+//   - a larger body is not read: the request still goes through the handler,
+//     whose body read fails as over the limit (refusedBody), so the order of the
+//     refusals holds unchanged (415 before 413, a route that reads no body
+//     answers as it would); the body is then drained within a bound and the
+//     connection closed (fastbody.go);
+//   - graceful drain: no new connections, in-flight requests finish within
+//     serve.ShutdownGrace.
+//
+// What net/http has and this does not: a request's context is not cancelled when
+// its client goes away (fasthttp does not watch the connection while the handler
+// runs), so a handler that waits learns of it only when it writes.
+package fastserve
 
 import (
 	"bufio"
@@ -15,50 +49,21 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
 
-// The HTTP server of the services on the payout path (rail-proxy, and rail-stub,
-// which stands in for the rail beside it) is fasthttp's: one goroutine per
-// connection and no background reader (net/http runs two goroutines per
-// connection), its buffers pooled, and an answer written in one write. Every route
-// still runs through the same net/http handlers (Handler around the mux: 404/405,
-// panics → 500, request_refused logging), handed an *http.Request and an
-// http.ResponseWriter of our own (toHTTPRequest, fastWriter) on the connection's
-// own goroutine — fasthttpadaptor is not used: it buffers the whole request body
-// (no bound) and runs each handler on a goroutine of its own.
-//
-// C3's server rules, as net/http had them:
-//   - the request headers within 5 s (ReadTimeout, from the first byte), the body
-//     within a further 10 s (HeaderReceived), idle connections closed after 60 s;
-//   - a body of at most 64 KiB is read whole before the handler runs, and the
-//     connection's read buffer goes back to the pool before it runs
-//     (ReduceMemoryUsage): a request waiting in its handler — a submission
-//     waiting on the rail — holds no read buffer. A streamed body would hold
-//     the connection's read buffer until the handler returned;
-//   - a larger body is not read: the request still goes through the handler,
-//     whose body read fails as over the limit (refusedBody), so C3's order holds
-//     unchanged (415 before 413, a route that reads no body answers as it
-//     would); the body is then drained within lockapi's bound and the
-//     connection closed (fastbody.go);
-//   - graceful drain: no new connections, in-flight requests finish within
-//     ShutdownGrace.
-//
-// What net/http has and this does not: a request's context is not cancelled when
-// its client goes away (fasthttp does not watch the connection while the handler
-// runs), so a handler that waits learns of it only when it writes.
-
 // serverReadBuffer is the per-connection read buffer: a request's head must fit
-// in it, so it is the one head limit of every service (MaxHeaderBytes).
-const serverReadBuffer = MaxHeaderBytes
+// in it, so it is the one head limit of every service (serve.MaxHeaderBytes).
+const serverReadBuffer = serve.MaxHeaderBytes
 
 // ServeFast serves h on ln until ctx is cancelled, then drains: readiness DOWN,
-// no new connections, in-flight requests get ShutdownGrace to finish. It
+// no new connections, in-flight requests get serve.ShutdownGrace to finish. It
 // returns nil after a clean drain.
-func ServeFast(ctx context.Context, ln net.Listener, h http.Handler, health *Health, logger *slog.Logger) error {
+func ServeFast(ctx context.Context, ln net.Listener, h http.Handler, health *serve.Health, logger *slog.Logger) error {
 	srv := NewFastServer(h, logger)
 	health.SetLogger(logger)
-	return serveUntil(ctx, ln, health, logger, srv.Serve, srv.ShutdownWithContext, nil)
+	return serve.Until(ctx, ln, health, logger, srv.Serve, srv.ShutdownWithContext, nil)
 }
 
 // NewFastServer is the server ServeFast runs, for tests that serve a handler the
@@ -72,12 +77,12 @@ func newFastServer(h http.Handler, logger *slog.Logger) (*fasthttp.Server, *chun
 	chunked := &chunkedHeaders{}
 	return &fasthttp.Server{
 		Handler:     fastHandler(h, logger, chunked),
-		ReadTimeout: ReadHeaderTimeout,
+		ReadTimeout: serve.ReadHeaderTimeout,
 		HeaderReceived: func(hdr *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			chunked.keep(hdr)
-			return fasthttp.RequestConfig{ReadTimeout: ReadTimeout - ReadHeaderTimeout}
+			return fasthttp.RequestConfig{ReadTimeout: serve.ReadTimeout - serve.ReadHeaderTimeout}
 		},
-		IdleTimeout:                   IdleTimeout,
+		IdleTimeout:                   serve.IdleTimeout,
 		ReduceMemoryUsage:             true,
 		MaxRequestBodySize:            lockapi.MaxBodyBytes,
 		ReadBufferSize:                serverReadBuffer,
@@ -118,14 +123,15 @@ func fastError(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) fun
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) && serveRefused(fc, h, logger, saved) {
 			return
 		}
-		// C3's INVALID_REQUEST is 400, 413 or 415 and always lists its faults:
+		// INVALID_REQUEST is 400, 413 or 415 and always lists its faults
+		// (docs/contracts/README.md, HTTP conventions):
 		// headers too large for the read buffer are a 400 fault of the headers
-		// (not net/http's 431, which C3 does not have).
+		// (not net/http's 431, which the contract does not have).
 		status, fault := http.StatusBadRequest, lockapi.FieldError{Field: "request", Problem: "could not be read as HTTP/1.1"}
 		var small *fasthttp.ErrSmallBuffer
 		switch {
 		case errors.As(err, &small):
-			fault = headersFault()
+			fault = serve.HeadersFault()
 			// The rest of the request is still on its way or unread: closing on
 			// it would reset the connection, and a reset can discard the answer
 			// in the client's receive queue. Read a bounded amount first, as
@@ -197,7 +203,7 @@ func serveHTTP(fc *fasthttp.RequestCtx, h http.Handler, logger *slog.Logger, ref
 
 // toHTTPRequest is the *http.Request of fc as net/http's server would build it:
 // every header line, in order, under its canonical name (a repeated header keeps
-// all its values — C3 refuses a second Content-Type or fencing header), Host
+// all its values — a second Content-Type or fencing header is refused), Host
 // apart, and the body fasthttp read (refusedBody when it refused to read it).
 func toHTTPRequest(fc *fasthttp.RequestCtx, refused bool) (*http.Request, error) {
 	uri := string(fc.RequestURI())
