@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"lock.dev/internal/testkit/faultproxy"
 )
 
 // PairOptions tune a primary and its standby.
@@ -44,7 +45,7 @@ type Pair struct {
 	primary *Cluster
 	standby *Cluster // nil once promoted
 	nodes   [2]*Cluster
-	relay   *relay
+	relay   *faultproxy.Proxy // the standby's replication connection to the primary
 
 	mu   sync.Mutex
 	held bool
@@ -99,7 +100,7 @@ func StartPair(ctx context.Context, opts PairOptions) (p *Pair, err error) {
 	if err := standby.own(signal, 0o600); err != nil {
 		return nil, err
 	}
-	if p.relay, err = newRelay(fmt.Sprintf("127.0.0.1:%d", primary.port)); err != nil {
+	if p.relay, err = faultproxy.New(fmt.Sprintf("127.0.0.1:%d", primary.port)); err != nil {
 		return nil, err
 	}
 	// The standby has no synchronous_standby_names of its own: once promoted it
@@ -109,7 +110,7 @@ func StartPair(ctx context.Context, opts PairOptions) (p *Pair, err error) {
 		// A standby whose primary died retries the stream at this interval; a
 		// promotion waits for the retry sleep to end (5 s by default).
 		"wal_retrieve_retry_interval=100ms",
-		fmt.Sprintf("primary_conninfo=host=127.0.0.1 port=%d user=postgres application_name=%s", p.relay.port(), standbyName),
+		fmt.Sprintf("primary_conninfo=host=127.0.0.1 port=%d user=postgres application_name=%s", p.relay.Port(), standbyName),
 		"primary_slot_name="+standbyName)
 	if err := standby.start(ctx, settings); err != nil {
 		return nil, err
@@ -177,9 +178,9 @@ func (p *Pair) HoldStandby() error {
 	if p.held {
 		return errors.New("pgcluster: standby already held")
 	}
-	p.relay.hold()
+	p.relay.Hold()
 	if err := p.standby.hold(); err != nil {
-		p.relay.release()
+		p.relay.Forward()
 		return err
 	}
 	p.held = true
@@ -194,7 +195,7 @@ func (p *Pair) ReleaseStandby() {
 		return
 	}
 	p.standby.release()
-	p.relay.release()
+	p.relay.Forward()
 	p.held = false
 }
 
@@ -208,7 +209,7 @@ func (p *Pair) KillPrimary() error {
 		return errors.New("pgcluster: no primary to kill")
 	}
 	p.primary.kill()
-	p.relay.dropConns()
+	p.relay.Cut()
 	return nil
 }
 
@@ -315,7 +316,7 @@ func (p *Pair) Stop() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relay != nil {
-		p.relay.close()
+		p.relay.Close()
 	}
 	for _, c := range p.nodes {
 		if c != nil {
@@ -362,137 +363,4 @@ func poll(ctx context.Context, bound time.Duration, check func(context.Context) 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// relay passes the standby's replication connection to the primary, and can
-// hold both directions without closing anything. A chunk read while held waits;
-// dropConns discards it.
-type relay struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	open   chan struct{} // closed while traffic flows
-	conns  map[net.Conn]struct{}
-	closed chan struct{}
-	wg     sync.WaitGroup
-}
-
-func newRelay(target string) (*relay, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: relay: %w", err)
-	}
-	r := &relay{ln: ln, target: target, open: make(chan struct{}), conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
-	close(r.open)
-	r.wg.Add(1)
-	go r.accept()
-	return r, nil
-}
-
-func (r *relay) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	for {
-		in, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.DialTimeout("tcp", r.target, 2*time.Second)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		r.mu.Lock()
-		select {
-		case <-r.closed: // close ran while this connection was being dialled
-			r.mu.Unlock()
-			_ = in.Close()
-			_ = out.Close()
-			return
-		default:
-		}
-		r.conns[in], r.conns[out] = struct{}{}, struct{}{}
-		r.mu.Unlock()
-		r.wg.Add(2)
-		go r.pipe(out, in)
-		go r.pipe(in, out)
-	}
-}
-
-// pipe copies src to dst, each chunk only while the relay is open.
-func (r *relay) pipe(dst, src net.Conn) {
-	defer r.wg.Done()
-	defer func() {
-		_ = src.Close()
-		_ = dst.Close()
-		r.mu.Lock()
-		delete(r.conns, src)
-		delete(r.conns, dst)
-		r.mu.Unlock()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			r.mu.Lock()
-			open := r.open
-			r.mu.Unlock()
-			select {
-			case <-open:
-			case <-r.closed:
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil { // EOF or a closed connection: the deferred closes end both sides
-			return
-		}
-	}
-}
-
-func (r *relay) hold() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	select {
-	case <-r.open:
-		r.open = make(chan struct{})
-	default:
-	}
-}
-
-func (r *relay) release() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	select {
-	case <-r.open:
-	default:
-		close(r.open)
-	}
-}
-
-// dropConns closes every relayed connection; held chunks are discarded with them.
-func (r *relay) dropConns() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for c := range r.conns {
-		_ = c.Close()
-	}
-}
-
-func (r *relay) close() {
-	_ = r.ln.Close()
-	r.mu.Lock()
-	select {
-	case <-r.closed:
-	default:
-		close(r.closed)
-	}
-	r.mu.Unlock()
-	r.dropConns()
-	r.release()
-	r.wg.Wait()
 }
