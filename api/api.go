@@ -15,11 +15,11 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Service names a document: the service's binary name (C5).
+// Service names a document: the service's binary name (docs/contracts/configuration.md).
 type Service string
 
 // The four services with a public HTTP API. The reconciler and the executor
-// serve only health and metrics (C4), which need no document of their own.
+// serve only health and metrics (docs/contracts/observability.md), which need no document of their own.
 const (
 	LockServer      Service = "lock-server"
 	PaymentResource Service = "payment-resource"

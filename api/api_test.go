@@ -160,8 +160,8 @@ func checkHouseRules(t *testing.T, m *v3.Document) {
 	}
 }
 
-// ownFormat tells the error answers that are not problems: readiness DOWN (C4's
-// health body) and the rail's own decline and health (C3 #ct3-railstub: rail-stub
+// ownFormat tells the error answers that are not problems: readiness DOWN (the
+// health body of docs/contracts/observability.md) and the rail's own decline and health (docs/contracts/rail-stub.md: rail-stub
 // speaks as a rail, not as a lock.dev service).
 func ownFormat(path, code string, op *v3.Operation) bool {
 	switch {

@@ -18,7 +18,7 @@ type BodyFault struct {
 	Errors []FieldError
 }
 
-// ReadJSONBody applies the first two rules of C3 #ct3-conventions in their order:
+// ReadJSONBody applies the first two rules of docs/contracts/README.md in their order:
 // the content type must be JSON (415), the body at most 64 KiB (413). The caller
 // checks headers next, then parses the body.
 func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {

@@ -18,7 +18,7 @@ func UTCPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// Outcomes of a rail_submission row (C1 #ct1-paydb).
+// Outcomes of a rail_submission row (docs/contracts/database.md).
 const (
 	OutcomeFenced    = "FENCED"
 	OutcomeDuplicate = "DUPLICATE"
@@ -28,7 +28,7 @@ const (
 	OutcomeUnsent    = "UNSENT"
 )
 
-// Payout statuses (C1 #ct1-payments).
+// Payout statuses (docs/contracts/database.md).
 const (
 	StatusPending   = "PENDING"
 	StatusClaimed   = "CLAIMED"
@@ -36,7 +36,7 @@ const (
 	StatusDeclined  = "DECLINED"
 	StatusAmbiguous = "AMBIGUOUS"
 	// StatusNotPresented: the rail's statement proves the rail never received the
-	// payout; no money moved; final. Only the reconciler's settle sets it (C6).
+	// payout; no money moved; final. Only the reconciler's settle sets it (docs/contracts/reconciliation.md).
 	StatusNotPresented = "NOT_PRESENTED"
 )
 
@@ -139,7 +139,7 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquiredAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	TTLMs      int64     `json:"ttlMs"`
-	// Grant is lock-server's signed grant of Token to OwnerID for LockName (C7);
+	// Grant is lock-server's signed grant of Token to OwnerID for LockName (docs/contracts/signed-grants.md);
 	// absent when lock-server signs nothing.
 	Grant string `json:"grant,omitempty"`
 }
@@ -151,7 +151,7 @@ type LockState struct {
 	Token     int64      `json:"token"`
 	Held      bool       `json:"held"`
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// Grant is the live lease's signed grant (C7): absent when the lock is not
+	// Grant is the live lease's signed grant (docs/contracts/signed-grants.md): absent when the lock is not
 	// held, or when lock-server signs nothing.
 	Grant string `json:"grant,omitempty"`
 }
@@ -170,7 +170,7 @@ type GrantList struct {
 	Grants []Grant `json:"grants"`
 }
 
-// AccountLockName is the lock an account's tokens come from (C2 #ct2-semantics).
+// AccountLockName is the lock an account's tokens come from (docs/contracts/lock-service.md).
 func AccountLockName(accountID string) string { return "account:" + accountID }
 
 // MaxInt64 is the largest token.

@@ -1,6 +1,6 @@
 // Package lockapi holds what every process of lock.dev agrees on over HTTP: the
 // fencing headers and their strict parsing, the problem+json codes, and the shared
-// request and response shapes (C3 #ct3-conventions).
+// request and response shapes (docs/contracts/README.md).
 package lockapi
 
 import (
@@ -19,11 +19,11 @@ const (
 	HeaderFencingToken   = "X-Fencing-Token"
 	HeaderOwnerID        = "X-Owner-Id"
 	HeaderIdempotencyKey = "X-Idempotency-Key"
-	// HeaderFencingGrant carries lock-server's signed grant of the token (C7).
+	// HeaderFencingGrant carries lock-server's signed grant of the token (docs/contracts/signed-grants.md).
 	HeaderFencingGrant = "X-Fencing-Grant"
 )
 
-// Value bounds (C3 #ct3-conventions).
+// Value bounds (docs/contracts/README.md).
 const (
 	MaxBodyBytes       = 64 << 10
 	MaxIdentifierLen   = 64

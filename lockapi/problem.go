@@ -27,7 +27,7 @@ const (
 	CodeLeaseLost           = "LEASE_LOST"
 	CodePayoutConflict      = "PAYOUT_CONFLICT"
 	CodePayoutFinal         = "PAYOUT_FINAL"
-	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle, C6).
+	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle, docs/contracts/reconciliation.md).
 	CodeUnauthorized  = "UNAUTHORIZED"
 	CodeGrantRejected = "GRANT_REJECTED"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// SettleRequest is the body of POST /v1/payouts/{id}/settle (C6 #ct6-settle): the
+// SettleRequest is the body of POST /v1/payouts/{id}/settle (docs/contracts/reconciliation.md): the
 // reconciler settles an AMBIGUOUS payout from the rail's statement. Outcome is
 // PAID, DECLINED or NOT_PRESENTED; PAID carries the statement line's
 // railReference and seq, DECLINED its seq (and the rail's reason, when it gave

@@ -2,14 +2,14 @@ package lockapi
 
 import "time"
 
-// Statement results (C6 #ct6-statement).
+// Statement results (docs/contracts/reconciliation.md).
 const (
 	ResultAccepted = "ACCEPTED"
 	ResultDeclined = "DECLINED"
 )
 
 // StatementLine is one line of the rail's statement, as rail-proxy serves it on
-// GET /v1/rail/statement (C6 #ct6-statement).
+// GET /v1/rail/statement (docs/contracts/reconciliation.md).
 type StatementLine struct {
 	Seq           int64     `json:"seq"`
 	ReceivedAt    time.Time `json:"receivedAt"`

@@ -1,4 +1,4 @@
-// Package lockclient is the Go client of lock-server (C2 #ct2-client): it acquires
+// Package lockclient is the Go client of lock-server (docs/contracts/lock-service.md): it acquires
 // leases on named locks and keeps them alive, and it tells its caller, through a
 // context, the moment it can no longer vouch for a lease.
 //

@@ -51,7 +51,7 @@ type Lease struct {
 	epoch     uint64        // bumped by Freeze: a renewal sent before it is void
 	inflight  context.CancelFunc
 	expiresAt time.Time // lockdb's expiry as last reported
-	grant     string    // lock-server's signed grant of the token, as last answered (C7)
+	grant     string    // lock-server's signed grant of the token, as last answered (docs/contracts/signed-grants.md)
 }
 
 func newLease(parent context.Context, c *Client, name, owner string, dto lockapi.Lease, ttl time.Duration, sent time.Time) *Lease {
@@ -86,7 +86,7 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 // Token is the fencing token of this grant: present it with every write.
 func (l *Lease) Token() int64 { return l.token }
 
-// Grant is lock-server's signed grant of this lease's token (C7): present it
+// Grant is lock-server's signed grant of this lease's token (docs/contracts/signed-grants.md): present it
 // with the token (X-Fencing-Grant) so a fence point can tell the token was
 // granted, to this owner, for this lock. "" when lock-server signs nothing. A
 // renewal answers the same grant; should lock-server's key have been rotated
@@ -139,7 +139,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.c.leaseCall(ctx, "release", l.name, l.owner, l.token, 0, nil)
 }
 
-// Freeze and Thaw exist for tests and demonstrations only (C2 #ct2-client): they
+// Freeze and Thaw exist for tests and demonstrations only (docs/contracts/lock-service.md): they
 // make a real stale holder, a process stopped between its last lease check and
 // its next write.
 //

@@ -14,7 +14,7 @@ import (
 	"lock.dev/lockclient"
 )
 
-// Issue 8, item 6: an acquire answered 307 is an error, not a second request.
+// An acquire answered 307 is an error, not a second request.
 func TestAcquireFollowsNoRedirect(t *testing.T) {
 	t.Parallel()
 	var elsewhere atomic.Int32
@@ -39,7 +39,7 @@ func TestAcquireFollowsNoRedirect(t *testing.T) {
 
 const envProxyChild = "LOCKCLIENT_ENV_PROXY_CHILD"
 
-// Issue 8, item 6: HTTP_PROXY and HTTPS_PROXY change nothing: an acquire goes to
+// HTTP_PROXY and HTTPS_PROXY change nothing: an acquire goes to
 // lock-server directly, so no proxy can retry it (a second grant to the same
 // owner would hand out a token nobody learns). The proxy settings are read once
 // per process, so a child process runs the client with them set; it calls a name

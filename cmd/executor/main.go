@@ -1,5 +1,5 @@
 // Command executor works payouts: it takes account leases from lock-server, claims
-// payouts at payment-resource and submits them through rail-proxy (C3 #ct3-executor).
+// payouts at payment-resource and submits them through rail-proxy (docs/contracts/executor.md).
 package main
 
 import (

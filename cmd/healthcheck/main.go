@@ -20,7 +20,7 @@ import (
 	"lock.dev/internal/version"
 )
 
-// timeout bounds the whole check; readiness itself answers within 2 s (C4: its
+// timeout bounds the whole check; readiness itself answers within 2 s (docs/contracts/observability.md: its
 // slowest component, rail-proxy's rail probe, has 1 s).
 const timeout = 3 * time.Second
 

@@ -1,4 +1,4 @@
-// Command payment-resource serves payouts and their ledger (C3 #ct3-payouts):
+// Command payment-resource serves payouts and their ledger (docs/contracts/payments.md):
 // `payment-resource [serve]` serves, `payment-resource migrate` applies paydb's
 // migrations and exits.
 package main

@@ -1,5 +1,5 @@
 // Command rail-proxy is fence point (c): the only process permitted to call the
-// payment rail (C3 #ct3-railproxy). Subcommands: serve (default), migrate.
+// payment rail (docs/contracts/rail-proxy.md). Subcommands: serve (default), migrate.
 package main
 
 import (

@@ -56,7 +56,7 @@ func exitCode(err error) int {
 	return 0
 }
 
-// The binary's surface (C5): --help lists every setting and exits 0; a bad
+// The binary's surface (docs/contracts/configuration.md): --help lists every setting and exits 0; a bad
 // setting or an unknown subcommand exits 2 with one line; serve on an
 // unmigrated paydb exits 1 naming `rail-proxy migrate`; migrate exits 0; serve
 // then runs and a SIGTERM ends it with exit 0.

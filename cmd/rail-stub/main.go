@@ -1,4 +1,4 @@
-// Command rail-stub is the test double of a payment rail (C3 #ct3-railstub).
+// Command rail-stub is the test double of a payment rail (docs/contracts/rail-stub.md).
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command reconciler closes the books: it reads the rail's statement through
-// rail-proxy and settles every AMBIGUOUS payout from it (C6). Subcommands: serve
+// rail-proxy and settles every AMBIGUOUS payout from it (docs/contracts/reconciliation.md). Subcommands: serve
 // (default), migrate.
 package main
 

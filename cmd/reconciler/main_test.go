@@ -54,7 +54,7 @@ func exitCode(err error) int {
 
 const token = "PAYMENT_SETTLE_TOKEN=binary-test-token-0123456789"
 
-// The binary's surface (C5, C6): --help lists every setting and exits 0; a bad
+// The binary's surface (docs/contracts/configuration.md, docs/contracts/reconciliation.md): --help lists every setting and exits 0; a bad
 // setting or an unknown subcommand exits 2 with one line; serve on an unmigrated
 // paydb exits 1 naming `reconciler migrate`; migrate exits 0; serve then runs and
 // a SIGTERM ends it with exit 0, every log line carrying service=reconciler and
@@ -83,7 +83,7 @@ func TestBinary(t *testing.T) {
 		{[]string{token}, []string{"--reconciler-settle-after=later"}},
 		{[]string{token}, []string{"frobnicate"}},
 		// An unparsable PAYDB_URL is a bad setting, for serve and migrate alike
-		// (issue 8, item 7), and its password is never shown.
+		// and its password is never shown.
 		{[]string{token, "PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, nil},
 		{[]string{"PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, []string{"migrate"}},
 	} {
