@@ -14,7 +14,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// admitter runs the four steps of C3 #ct3-railproxy for one submission, in this
+// admitter runs the four steps of docs/contracts/rail-proxy.md for one submission, in this
 // order, every time:
 //
 //  1. Fence first: the pinned upsert of rail_high_water, strict `<`.
@@ -26,7 +26,7 @@ import (
 // Steps 1–3 are one transaction (Store.Admit); step 4 is railClient.Pay and then
 // the resolving write. There is no retry of the rail call anywhere, for any
 // outcome: a timeout means unknown, never failed, and a second call could be a
-// second payment (C3 #ct3-ambiguity).
+// second payment (docs/contracts/rail-proxy.md).
 type admitter struct {
 	store   *Store
 	rail    *railClient
@@ -53,7 +53,7 @@ type admitter struct {
 }
 
 // lateMargin is how long before a row's interrupt_at the proxy stops trying to
-// write the outcome it knows: "shortly before" (C3 "Interrupted intents"), so
+// write the outcome it knows: "shortly before" (docs/contracts/rail-proxy.md "Interrupted intents"), so
 // that the janitor only ever takes over the rows of a proxy that is really gone,
 // and a write still running when the janitor looks is one of its own bounded
 // attempts, not an open-ended one.
@@ -94,7 +94,7 @@ type reply struct {
 // Submit admits, forwards and resolves one submission. The caller's
 // cancellation never reaches the work: once a submission is being admitted it
 // is carried through to its answer, because abandoning it half-way would leave a
-// committed intent whose rail call was cut short (C3: "the caller's cancellation
+// committed intent whose rail call was cut short (docs/contracts/rail-proxy.md: "the caller's cancellation
 // never aborts a rail call or a resolution"). Every wait below has its own bound.
 func (a *admitter) Submit(ctx context.Context, sub Submission) reply {
 	start := time.Now()
@@ -198,7 +198,7 @@ func (a *admitter) alreadyResolved(sub Submission, id int64, res resolution, row
 
 // logResolved writes the log lines of a forwarded submission whose resolving
 // write went through: rail_ambiguous or rail_unavailable when the call says so,
-// and submission_resolved when this write resolved the row (C4).
+// and submission_resolved when this write resolved the row (docs/contracts/observability.md).
 func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res resolution, wrote bool, took time.Duration) {
 	switch res.outcome {
 	case lockapi.OutcomeTimeout:
@@ -212,7 +212,7 @@ func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res reso
 			"error", call.Err.Error())
 	}
 	if wrote {
-		// The one line every submission writes (C4): typed attributes, so that
+		// The one line every submission writes (docs/contracts/observability.md): typed attributes, so that
 		// none of its values is boxed into an interface on the way.
 		ref := slog.Any("railReference", nil)
 		if res.railRef != nil {
@@ -269,7 +269,7 @@ func (a *admitter) duplicate(sub Submission, adm Admission) reply {
 		lockapi.CodeDuplicateSubmission, "this payout already has a forwardable attempt; it is never presented to the rail twice", m)}
 }
 
-// answer maps a resolved outcome to the reply C3 pins for it.
+// answer maps a resolved outcome to the reply docs/contracts/rail-proxy.md pins for it.
 func (a *admitter) answer(sub Submission, id int64, outcome string, railRef, reason *string) reply {
 	switch outcome {
 	case lockapi.OutcomeAcked:
@@ -308,7 +308,7 @@ type resolution struct {
 	unsureBackend uint32
 }
 
-// resolveOnce makes one attempt at the resolving write (C1's conditional UPDATE:
+// resolveOnce makes one attempt at the resolving write (the conditional UPDATE of docs/contracts/database.md:
 // it only touches an unresolved row, so any number of attempts is safe), bounded
 // by bound. wrote is false when the row was found already resolved; row then
 // says by whom to what. ErrNoRow: there is no such row.

@@ -1,7 +1,7 @@
 // Package railproxy is rail-proxy, fence point (c): the only process permitted to
 // call the payment rail. Every submission passes a durable per-account high-water
 // mark of fencing tokens in paydb before the rail is touched, leaves one
-// rail_submission row, and reaches the rail at most once (C1 #ct1-paydb, C3
+// rail_submission row, and reaches the rail at most once (docs/contracts/database.md, docs/contracts/rail-proxy.md
 // #ct3-railproxy).
 package railproxy
 
@@ -19,7 +19,7 @@ import (
 	"lock.dev/internal/serve"
 )
 
-// Fixed bounds of C3 #ct3-timeouts. They are not settings: the interrupted-intent
+// Fixed bounds of docs/contracts/rail-proxy.md. They are not settings: the interrupted-intent
 // rule below is stated in terms of them.
 const (
 	// AdmissionBound covers the admission transaction, waiting for a pool
@@ -29,13 +29,13 @@ const (
 	ResolveBound = 2 * time.Second
 	// HealthTimeout bounds the railStub readiness probe.
 	HealthTimeout = time.Second
-	// DefaultJanitorInterval is how often unresolved intents are swept (C3 asks
+	// DefaultJanitorInterval is how often unresolved intents are swept (docs/contracts/rail-proxy.md asks
 	// for at least every 10 s).
 	DefaultJanitorInterval = 10 * time.Second
 	// MaxPaydbConns is a sanity bound on PAYDB_MAX_CONNS.
 	MaxPaydbConns = 1000
 	// InterruptMargin is how far RAIL_PROXY_INTERRUPTED_AFTER must at least exceed
-	// the in-flight bound (C3 "Interrupted intents"): room for pauses of the
+	// the in-flight bound (docs/contracts/rail-proxy.md "Interrupted intents"): room for pauses of the
 	// process (a GC, a descheduled container) on top of every bound it keeps.
 	InterruptMargin = 2 * time.Second
 	// DefaultRailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT's default: below the
@@ -46,7 +46,7 @@ const (
 	DefaultRailIdleConnTimeout = 4 * time.Second
 )
 
-// Config is every rail-proxy setting of C5 #ct5-config, plus the in-process hooks
+// Config is every rail-proxy setting of docs/contracts/configuration.md, plus the in-process hooks
 // every service has.
 type Config struct {
 	Addr               string        // RAIL_PROXY_ADDR
@@ -63,7 +63,7 @@ type Config struct {
 	RailIdleConnTimeout time.Duration
 	UnsafeNonDurableDB  bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
 	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
-	// X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty: grants are not verified.
 	GrantKeysFile string
 	// MaxGroup is RAIL_PROXY_MAX_GROUP: at most this many submissions are
 	// admitted in one transaction (and resolved in one statement); 1 admits one
@@ -87,7 +87,7 @@ type Config struct {
 	hooks *hooks
 }
 
-// DefaultConfig is the configuration with every C5 default.
+// DefaultConfig is the configuration with every default (docs/contracts/configuration.md).
 func DefaultConfig() Config {
 	return Config{
 		Addr:               ":8083",
@@ -161,7 +161,7 @@ func (c Config) Validate() error {
 // when it is smaller. A row becomes interrupted at InterruptedAfter and is swept
 // at most one interval later, so with a short InterruptedAfter (a demo's few
 // seconds) a fixed 10 s would leave it unresolved for several times its own age;
-// a quarter keeps that delay proportionate and never beyond C3's 10 s.
+// a quarter keeps that delay proportionate and never beyond the 10 s of docs/contracts/rail-proxy.md.
 func (c Config) janitorInterval() time.Duration {
 	d := DefaultJanitorInterval
 	if q := c.InterruptedAfter / 4; q > 0 && q < d {

@@ -10,7 +10,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Issue 9, build 2, for the resolving write: it runs with synchronous_commit
+// For the resolving write: it runs with synchronous_commit
 // raised whatever paydb's default (here lowered to off), so its commit waits for
 // the synchronous standby; when that wait is cancelled, the outcome — committed on
 // the primary only — is logged as such (resolution_not_durable), the caller gets

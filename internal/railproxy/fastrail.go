@@ -25,7 +25,7 @@ import (
 // through dialRail and lends its pooled buffers; Request.Write and
 // Response.ReadLimitBody frame HTTP/1.1. The round trip itself (roundTrip) is
 // written out here, with fasthttp's exported parts, instead of going through
-// HostClient.Do, for three reasons that are C3 guarantees:
+// HostClient.Do, for three reasons that docs/contracts/rail-proxy.md guarantees:
 //
 //   - Exactly one forward. HostClient.Do is a retry loop (for a POST it stops
 //     after one attempt unless a RetryIf says otherwise); roundTrip has no loop

@@ -35,7 +35,7 @@ func submitGranted(t testing.TB, baseURL string, token int64, owner string, p pa
 	return post(t, baseURL, h, p.body())
 }
 
-// Acceptance 1 at rail-proxy: every refusal reason of C7 — alg none, an HS256
+// Acceptance 1 at rail-proxy: every refusal reason of docs/contracts/signed-grants.md — alg none, an HS256
 // grant keyed with the public key, tok one off X-Fencing-Token, a grant of acct-1
 // presented for acct-10 among them — answers 401 GRANT_REJECTED with its reason,
 // and leaves nothing behind: no rail_submission row, no rail call, no mark moved,
@@ -125,7 +125,7 @@ func TestGrantRefusalsWriteNothingForwardNothing(t *testing.T) {
 	}
 }
 
-// Precedence (C7): a malformed request stays 400 whatever its grant; a refused
+// Precedence (docs/contracts/signed-grants.md): a malformed request stays 400 whatever its grant; a refused
 // grant answers 401 before the fence, also for a token the fence would refuse,
 // so the attempt leaves no FENCED row and no fenced_out.
 func TestGrantPrecedence(t *testing.T) {

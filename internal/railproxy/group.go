@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Group admission and group resolution (issue 10; docs/contracts/rail-proxy.md
+// Group admission and group resolution (docs/contracts/rail-proxy.md
 // #group-admission). Submissions waiting at the same moment share one admission
 // transaction — one round trip, one commit, one WAL flush — and resolving writes
 // ready at the same moment share one statement. First come, first served, and no
@@ -22,7 +22,7 @@ import (
 // stop with the process, and the drain's wait for submissions in flight covers
 // them: every queued submission is answered by a worker.
 
-// DefaultMaxGroup is RAIL_PROXY_MAX_GROUP's default (C5).
+// DefaultMaxGroup is RAIL_PROXY_MAX_GROUP's default (docs/contracts/configuration.md).
 const DefaultMaxGroup = 64
 
 // MaxMaxGroup is a sanity bound on RAIL_PROXY_MAX_GROUP.
@@ -65,7 +65,7 @@ type resolveResult struct {
 
 // groups is the admitter's two queues and their workers.
 type groups struct {
-	maxGroup int // RAIL_PROXY_MAX_GROUP; 1 = one by one, the statements of C1 verbatim
+	maxGroup int // RAIL_PROXY_MAX_GROUP; 1 = one by one, the statements of docs/contracts/database.md verbatim
 
 	mu             sync.Mutex
 	admits         []*admitWait
@@ -300,7 +300,7 @@ func dropFront[T any](q []*T, n int) []*T {
 }
 
 // resolve makes one resolving write, bounded by ctx's deadline: alone with
-// RAIL_PROXY_MAX_GROUP=1 (C1's pinned statement), else in whatever group forms.
+// RAIL_PROXY_MAX_GROUP=1 (the pinned statement of docs/contracts/database.md), else in whatever group forms.
 func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 	if !a.grouped() {
 		a.metrics.resolveGroupSize.Observe(1)

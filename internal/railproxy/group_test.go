@@ -259,7 +259,7 @@ func runHistoryHolding(t *testing.T, h []histEvent, size int, fencing bool, hold
 	return res, decided
 }
 
-// Acceptance 2 of issue 10: random histories admitted through groups of 1, 2, 7
+// Random histories admitted through groups of 1, 2, 7
 // and 64 give the verdicts, rows and marks of the same history admitted one by
 // one in the same order — with fencing on and off.
 func TestGroupAdmissionEqualsOneByOne(t *testing.T) {
@@ -379,7 +379,7 @@ func TestGroupSeesItsOwnEarlierMembers(t *testing.T) {
 	}
 }
 
-// Issue 10 build 2: one member whose values PostgreSQL refuses (a NUL byte in a
+// One member whose values PostgreSQL refuses (a NUL byte in a
 // text column is SQLSTATE 22021) fails alone; the others of its group are
 // admitted as they would have been one by one.
 func TestGroupMemberPostgresRefusesFailsAlone(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 3 of issue 10: two replicas admitting groups of up to 64 race on 50
+// Two replicas admitting groups of up to 64 race on 50
 // accounts, tokens going up: no deadlock (no group statement falls back, none
 // fails), no 503, each account's mark is the highest token admitted for it, and
 // the invariant checker finds no stale admission.
@@ -33,7 +33,7 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		proxies = append(proxies, startProxy(t, cfg))
 	}
 
-	// The group-size histograms exist from start-up, at zero (C4 #ct4-zero).
+	// The group-size histograms exist from start-up, at zero (docs/contracts/observability.md).
 	for i, p := range proxies {
 		for _, h := range []string{"rail_admission_group_size_count", "rail_resolution_group_size_count"} {
 			if c := metric(t, p, h); c != 0 {
@@ -131,7 +131,7 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 	}
 }
 
-// Issue 9 build 2 for rail-proxy's admission, one by one and in groups: with
+// For rail-proxy's admission, one by one and in groups: with
 // the synchronous standby held back, the admission's COMMIT waits; its backend's
 // wait is cancelled, so PostgreSQL reports the COMMIT as a success with the
 // cancelled-synchronous-replication warning. The proxy takes it as not committed:

@@ -15,7 +15,7 @@ import (
 )
 
 // This file and store.go are the only ones that speak SQL or know pgx: the
-// group forms of admission and resolution (issue 10; docs/contracts/rail-proxy.md
+// group forms of admission and resolution (docs/contracts/rail-proxy.md
 // #group-admission).
 
 // admitGroupSQL calls paydb's rail_admit_group_skip_locked (migration 00007):
@@ -279,7 +279,7 @@ func lockNotAvailable(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
-// resolveGroupSQL is C1's pinned resolution for many rows in one statement: the
+// resolveGroupSQL is the pinned resolution of docs/contracts/database.md for many rows in one statement: the
 // same conditional `outcome IS NULL`, so it is idempotent and never overwrites
 // what someone else wrote; the rows it changed come back.
 const resolveGroupSQL = `

@@ -12,7 +12,7 @@ import (
 )
 
 // ParseSubmission binds a submission strictly: the three fencing headers, then
-// the five body members (C3 #ct3-conventions). Every fault is returned, the
+// the five body members (docs/contracts/README.md). Every fault is returned, the
 // headers' first: when both are wrong, the headers answer, and the 400 still
 // lists every fault found. Content type (415) and size (413) come before this, in
 // lockapi.ReadJSONBody.
@@ -35,7 +35,7 @@ func ParseSubmission(h http.Header, body []byte) (Submission, []lockapi.FieldErr
 	}, nil
 }
 
-// BindSubmission applies C3's rules in their order: content type (415), size
+// BindSubmission applies the rules of docs/contracts/rail-proxy.md in their order: content type (415), size
 // (413), then headers and body (400). status is 0 when the request is well-formed.
 func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi.FieldError) {
 	body, fault := lockapi.ReadJSONBody(r)
@@ -51,7 +51,7 @@ func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi
 
 // handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing
 // and calls nothing: validation is complete before the admission begins. So is
-// the grant check (C7): a token lock-server did not grant for this account to
+// the grant check (docs/contracts/signed-grants.md): a token lock-server did not grant for this account to
 // this owner never reaches the gate's decision — no row, no mark moved, no rail.
 func handleSubmit(a *admitter, gate *grant.Gate) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -49,7 +49,7 @@ func interruptWindow(t *testing.T, db dbq, payoutID string) []*time.Duration {
 	return out
 }
 
-// Issue 8, item 1: replicas with different timeouts on one paydb. Replica A reads
+// Replicas with different timeouts on one paydb. Replica A reads
 // the rail for up to 30 s (so its RAIL_PROXY_INTERRUPTED_AFTER is 37 s); replica B
 // has the default timeouts and the shortest bound they allow (9 s), and sweeps
 // every 100 ms. The rail holds A's call for 10 s — past B's own bound. B's janitor
@@ -103,7 +103,7 @@ func TestReplicasKeepTheirOwnInterruptAt(t *testing.T) {
 	}
 }
 
-// Issue 8, items 2 and 11: a known outcome is never lost to the janitor. paydb
+// A known outcome is never lost to the janitor. paydb
 // refuses every write from the moment the rail answers (or the dial fails, or
 // the admission's COMMIT answer is lost) until 3 s after the caller was
 // answered; the janitor of this very proxy sweeps every 100 ms with the shortest
@@ -241,7 +241,7 @@ func TestKnownOutcomeOutlivesPaydbOutage(t *testing.T) {
 	}
 }
 
-// Issue 8, item 2: a COMMIT whose answer is lost while paydb hangs is answered
+// A COMMIT whose answer is lost while paydb hangs is answered
 // 503 intent_commit at once — the UNSENT write of the row that may exist does
 // not hold the caller for its 2 s bound — and that write is made in the
 // background once paydb answers again.
@@ -296,7 +296,7 @@ func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 	}
 }
 
-// Issue 8, items 2 and 11: when paydb stays out of reach past the row's
+// When paydb stays out of reach past the row's
 // interrupt_at, the proxy stops trying shortly before it and the janitor
 // resolves the row TIMEOUT once paydb is back. The submission — answered
 // ACKED — is then counted once, as ambiguous by the janitor, not also as acked.
@@ -345,7 +345,7 @@ func TestKnownOutcomeLostOnlyPastInterruptAtCountedOnce(t *testing.T) {
 	}
 }
 
-// Issue 8, item 2: a stopping proxy does not abandon an outcome it knows. Run
+// A stopping proxy does not abandon an outcome it knows. Run
 // returns only once the write paydb refused has been made.
 func TestDrainWaitsForLateResolution(t *testing.T) {
 	t.Parallel()
@@ -378,7 +378,7 @@ func TestDrainWaitsForLateResolution(t *testing.T) {
 	}
 }
 
-// Issue 8, item 11: a decline without a reason is recorded, and answered, as
+// A decline without a reason is recorded, and answered, as
 // "unspecified" — never a NULL reason that reads like a lost one.
 func TestDeclineWithoutReasonIsUnspecified(t *testing.T) {
 	t.Parallel()
@@ -401,7 +401,7 @@ func TestDeclineWithoutReasonIsUnspecified(t *testing.T) {
 	}
 }
 
-// Issue 8, item 4: the audit trail comes in pages of at most 100 rows, oldest
+// The audit trail comes in pages of at most 100 rows, oldest
 // first, each with the submissionId to pass as after for the next (null on the
 // last); after is parsed strictly.
 func TestAuditTrailPages(t *testing.T) {
@@ -471,7 +471,7 @@ func TestAuditTrailPages(t *testing.T) {
 	}
 }
 
-// Issue 8, item 4: with a million rows in rail_submission the audit-trail read is
+// With a million rows in rail_submission the audit-trail read is
 // an index range scan of rail_submission_payout_idx, not a scan of the table.
 // The rows are made by one SQL statement (payout ids in index order, so the
 // insert takes seconds, not minutes). Not parallel: the insert loads the test
@@ -519,7 +519,7 @@ func TestAuditTrailReadIsIndexedOnAMillionRows(t *testing.T) {
 	}
 }
 
-// Issue 8, item 5: a password in RAIL_BASE_URL or PAYDB_URL never appears in an
+// A password in RAIL_BASE_URL or PAYDB_URL never appears in an
 // exit message, a log line or an answer, and readiness says DOWN without the
 // database's or the rail's details (those go to the log, passwords redacted).
 func TestSecretsNeverShown(t *testing.T) {
@@ -667,7 +667,7 @@ func (r *idleClosingRail) stats(ref string) (int, int) {
 	return r.refs[ref], r.conns
 }
 
-// Issue 8, item 8: RAIL_IDLE_CONN_TIMEOUT. A rail that closes connections idle
+// RAIL_IDLE_CONN_TIMEOUT. A rail that closes connections idle
 // for more than 500 ms; two submissions 1.5 s apart. With an idle timeout above
 // the rail's, the second goes out on the pooled connection the rail closes
 // unread, and a payment the rail never received ends TIMEOUT — counted in

@@ -4,7 +4,7 @@ import (
 	"lock.dev/internal/serve"
 )
 
-// newHealth builds readiness (C4 #ct4-health): db, a ping of the paydb pool, and
+// newHealth builds readiness (docs/contracts/observability.md): db, a ping of the paydb pool, and
 // railStub, a GET of the rail's health within 1 s. A proxy that cannot reach the
 // rail is taken out of service — it fails closed — rather than admitting
 // submissions it cannot deliver. Liveness touches neither.

@@ -329,7 +329,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%v %v: exit %d, want 2", b.args, b.env, code)
 		}
 	}
-	// The exact boundary (C3 "Interrupted intents"): at least 2 s above
+	// The exact boundary (docs/contracts/rail-proxy.md "Interrupted intents"): at least 2 s above
 	// admission + connect + read + resolution.
 	c := DefaultConfig()
 	for _, d := range []time.Duration{0, time.Nanosecond, time.Second, InterruptMargin - time.Nanosecond} {
@@ -348,7 +348,7 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// Acceptance 14 (C5): rail-proxy never depends on lockclient, lockserver or
+// Acceptance 14 (docs/contracts/configuration.md): rail-proxy never depends on lockclient, lockserver or
 // payment, read from the real import graph.
 func TestImportGraph(t *testing.T) {
 	t.Parallel()

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Values of rail_submission_total{outcome} (C4 #ct4-metrics): a closed set. No
+// Values of rail_submission_total{outcome} (docs/contracts/observability.md): a closed set. No
 // identifier is ever a label value; identifiers go in logs.
 const (
 	metricAcked       = "acked"
@@ -17,7 +17,7 @@ const (
 
 var metricOutcomes = []string{metricAcked, metricRejected, metricAmbiguous, metricFenced, metricDuplicate, metricUnavailable}
 
-// metrics are rail-proxy's C4 families, in the service's own registry.
+// metrics are rail-proxy's families (docs/contracts/observability.md), in the service's own registry.
 type metrics struct {
 	submissions       *prometheus.CounterVec
 	duplicates        prometheus.Counter
@@ -27,11 +27,11 @@ type metrics struct {
 	inflight          prometheus.Gauge
 	fencingEnabled    prometheus.Gauge
 
-	// Project additions beyond C4 (docs/contracts/observability.md).
+	// Project additions (docs/contracts/observability.md).
 	lateResolutions    prometheus.Counter
 	reusedConnFailures prometheus.Counter
 	statementReads     *prometheus.CounterVec // rail_statement_read_total{result}, statement.go
-	groupSize          prometheus.Histogram   // rail_admission_group_size (issue 10), group.go
+	groupSize          prometheus.Histogram   // rail_admission_group_size, group.go
 	resolveGroupSize   prometheus.Histogram   // rail_resolution_group_size, group.go
 	notDurable         prometheus.Counter     // rail_resolution_not_durable_total, admission.go
 	workerPanics       *prometheus.CounterVec // rail_proxy_worker_panic_total{worker}, worker.go
@@ -104,7 +104,7 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 	for _, w := range workerNames {
 		m.workerPanics.WithLabelValues(w)
 	}
-	// Every series exists from start-up (C4 #ct4-zero), so rate() over a fresh
+	// Every series exists from start-up (docs/contracts/observability.md), so rate() over a fresh
 	// process is right and alerts see the series before the first event.
 	for _, o := range metricOutcomes {
 		m.submissions.WithLabelValues(o)

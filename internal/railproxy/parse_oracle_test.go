@@ -78,7 +78,7 @@ func oracleParse(b []byte) (lockapi.SubmissionRequest, []lockapi.FieldError) {
 	if badName {
 		return fail("member names must be valid UTF-8 text (no invalid bytes, no unpaired \\uD800–\\uDFFF escape)")
 	}
-	// The field rules, written here on their own (C3 #ct3-conventions), not by
+	// The field rules, written here on their own (docs/contracts/README.md), not by
 	// calling the binder under test: the oracle judges the members with
 	// encoding/json's values, regular expressions and big integers.
 	req, errs = oracleFields(members, order, errs)

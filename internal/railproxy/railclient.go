@@ -27,7 +27,7 @@ const (
 	RailAmbiguous                       // anything after a connection was obtained: the rail may have acted
 )
 
-// Causes of an ambiguous call (C4 rail_ambiguous.cause).
+// Causes of an ambiguous call (rail_ambiguous.cause, docs/contracts/observability.md).
 const (
 	CauseTimeout           = "timeout"
 	CauseConnectionDropped = "connection_dropped"
@@ -54,7 +54,7 @@ type RailCall struct {
 	StaleConn bool
 }
 
-// railPayment is the rail's request body (C3 #ct3-railstub): reference = payoutId.
+// railPayment is the rail's request body (docs/contracts/rail-stub.md): reference = payoutId.
 type railPayment struct {
 	Reference   string `json:"reference"`
 	AccountID   string `json:"accountId"`
@@ -148,7 +148,7 @@ func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
 	}
 }
 
-// The Go transport hazard (C3): net/http silently resends a request on a reused
+// The Go transport hazard (docs/contracts/rail-proxy.md): net/http silently resends a request on a reused
 // connection that the server closed when it deems the request replayable — an
 // idempotent method, or an Idempotency-Key / X-Idempotency-Key header on a
 // request whose body can be re-read (GetBody set, which http.NewRequest does for

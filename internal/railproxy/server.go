@@ -174,7 +174,7 @@ func checkPaydb(ctx context.Context, store *Store) error {
 }
 
 // requireDurable refuses a paydb whose fsync is off unless UNSAFE_NON_DURABLE_DB
-// (C5): a crash would forget a forwarded intent and the mark with it.
+// (docs/contracts/configuration.md): a crash would forget a forwarded intent and the mark with it.
 func requireDurable(ctx context.Context, store *Store, cfg Config, logger *slog.Logger, reg prometheus.Registerer) error {
 	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
 	defer cancel()

@@ -20,7 +20,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// The statement (C6 #ct6-statement): what the rail says it was presented, read
+// The statement (docs/contracts/reconciliation.md): what the rail says it was presented, read
 // through the proxy so that the proxy stays the only process that talks to the
 // rail. Reading it moves no money, so none of the payment path's hazards apply:
 // it goes over a transport of its own (never the payments pool), and a failed
@@ -40,7 +40,7 @@ const maxStatementReply = 8 << 20
 // Values of rail_statement_read_total{result}.
 var statementResults = []string{"ok", "error"}
 
-// newStatementMetric registers rail_statement_read_total, zero-initialised (C4
+// newStatementMetric registers rail_statement_read_total, zero-initialised (docs/contracts/observability.md
 // #ct4-zero): one count per read of the rail's statement, by result.
 func newStatementMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{

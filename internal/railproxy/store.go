@@ -115,7 +115,7 @@ func (s *Store) RequireSchema(ctx context.Context) error {
 }
 
 // InRecovery reports whether the server is a standby. A standby's mark lags the
-// primary's, so a stale token would pass the lagging read (C3 #ct3-railproxy).
+// primary's, so a stale token would pass the lagging read (docs/contracts/rail-proxy.md).
 func (s *Store) InRecovery(ctx context.Context) (bool, error) {
 	var r bool
 	if err := s.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r); err != nil {
@@ -128,7 +128,7 @@ func (s *Store) InRecovery(ctx context.Context) (bool, error) {
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // admitSQL is steps 1 and 2 in one statement, so the whole decision costs one
-// round trip. The fence is C1's pinned upsert, verbatim, strict `<`. The intent
+// round trip. The fence is the pinned upsert of docs/contracts/database.md, verbatim, strict `<`. The intent
 // insert reads the fence's RETURNING, so it runs after the upsert has taken the
 // account's row lock: admissions of one account are serialised by that lock and
 // their submission_ids follow admission order. ON CONFLICT names the unique
@@ -147,7 +147,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 // replica's RAIL_PROXY_INTERRUPTED_AFTER in milliseconds: the intent carries its
 // own interrupt_at, judged by paydb's clock like submitted_at, so the janitor of
 // any replica leaves it alone for as long as the replica that admitted it may
-// still be carrying it (C1). FENCED and DUPLICATE rows are not intents: NULL.
+// still be carrying it (docs/contracts/database.md). FENCED and DUPLICATE rows are not intents: NULL.
 const admitSQL = `
 WITH fence AS (
     INSERT INTO rail_high_water (account_id, highest_token, updated_at)
@@ -344,7 +344,7 @@ func rollback(ctx context.Context, conn *pgxpool.Conn) {
 	}
 }
 
-// resolveSQL is C1's pinned resolution: it only ever touches an unresolved row,
+// resolveSQL is the pinned resolution of docs/contracts/database.md: it only ever touches an unresolved row,
 // so it is idempotent and can never overwrite what the janitor (or anyone) wrote.
 const resolveSQL = `
 UPDATE rail_submission
@@ -432,7 +432,7 @@ func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	return a, nil
 }
 
-// MaxListPage is the most rows one audit-trail answer carries (C3 "Reading the
+// MaxListPage is the most rows one audit-trail answer carries (docs/contracts/rail-proxy.md "Reading the
 // audit trail"); the rest is reached by paging with after.
 const MaxListPage = 100
 

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Results of a call (C3 #ct3-railstub). A dropped call is ACCEPTED: the money moved,
+// Results of a call (docs/contracts/rail-stub.md). A dropped call is ACCEPTED: the money moved,
 // only the reply was lost.
 const (
 	ResultAccepted = "ACCEPTED"
@@ -51,7 +51,7 @@ func (c Call) MarshalJSON() ([]byte, error) {
 		c.Beneficiary, c.Result, ref, reason, c.LatencyMs, c.Dropped})
 }
 
-// callWire is Call on the wire, members in the order C3 lists them.
+// callWire is Call on the wire, members in the order docs/contracts/rail-stub.md lists them.
 type callWire struct {
 	Seq           int64     `json:"seq"`
 	ReceivedAt    time.Time `json:"receivedAt"`

@@ -7,7 +7,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Chaos is the set of knobs in force (C3 #ct3-railstub), as PUT and GET
+// Chaos is the set of knobs in force (docs/contracts/rail-stub.md), as PUT and GET
 // /rail/v1/admin/chaos show them.
 type Chaos struct {
 	LatencyMs   int     `json:"latencyMs"`
@@ -66,7 +66,7 @@ func (c *chaos) replace(latencyMs int, declineRate, dropRate float64, seed *int6
 	return c.cur
 }
 
-// decide draws one call's fate in the order C3 pins: the first draw decides a
+// decide draws one call's fate in the order docs/contracts/rail-stub.md pins: the first draw decides a
 // decline (no money moves, so nothing to drop); otherwise the payment is accepted
 // and a second draw decides whether the connection is dropped instead of answered.
 func (c *chaos) decide() decision {

@@ -17,7 +17,7 @@ import (
 // the system; a larger value is far more likely a unit mistake than an experiment.
 const MaxLatencyMs = 60_000
 
-// Config is every rail-stub setting of C5 #ct5-config, plus the in-process hooks
+// Config is every rail-stub setting of docs/contracts/configuration.md, plus the in-process hooks
 // every service has.
 type Config struct {
 	Addr        string  // RAIL_STUB_ADDR
@@ -36,7 +36,7 @@ type Config struct {
 	drainReplies time.Duration
 }
 
-// DefaultConfig is the configuration with every C5 default.
+// DefaultConfig is the configuration with every default (docs/contracts/configuration.md).
 func DefaultConfig() Config {
 	return Config{Addr: ":8084", LogLevel: "info"}
 }

@@ -41,7 +41,7 @@ type CallList struct {
 }
 
 // parsePayment binds the payment body with the project's strict binder: all five
-// members required, no others, each within the bounds of C3 #ct3-conventions.
+// members required, no others, each within the bounds of docs/contracts/README.md.
 func parsePayment(b []byte) (PaymentRequest, []lockapi.FieldError) {
 	var p PaymentRequest
 	o, errs := lockapi.ParseObject(b)

@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.calls)
-	// Zero-initialise the closed set (C4 #ct4-zero).
+	// Zero-initialise the closed set (docs/contracts/observability.md).
 	for _, r := range []string{metricAccepted, metricDeclined, metricDropped} {
 		m.calls.WithLabelValues(r)
 	}

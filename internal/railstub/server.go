@@ -1,4 +1,4 @@
-// Package railstub is rail-stub (C3 #ct3-railstub): a test double of a payment rail
+// Package railstub is rail-stub (docs/contracts/rail-stub.md): a test double of a payment rail
 // that is token-blind, key-blind and non-idempotent, so that every call it receives
 // can move money. It books every call before it does anything else, so its call log
 // is the ground truth of what the rail was presented; chaos knobs (latency,
