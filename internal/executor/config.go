@@ -19,7 +19,7 @@ import (
 // ServiceName is the service field of every log line and the binary's name.
 const ServiceName = "executor"
 
-// Defaults (C5 #ct5-config).
+// Defaults (docs/contracts/configuration.md).
 const (
 	DefaultAddr               = ":8085"
 	DefaultLogLevel           = "info"
@@ -32,12 +32,12 @@ const (
 	DefaultPollInterval       = 500 * time.Millisecond
 
 	maxWorkers = 1024
-	// maxLeaseTTL is lock-server's default upper bound (C2); the server enforces its
+	// maxLeaseTTL is lock-server's default upper bound (docs/contracts/lock-service.md); the server enforces its
 	// own configured bounds, this only catches a unit mistake at start-up.
 	maxLeaseTTL = 5 * time.Minute
 )
 
-// Config is every executor setting of C5 plus the in-process hooks every service has
+// Config is every executor setting of docs/contracts/configuration.md plus the in-process hooks every service has
 // and the executor's test hooks.
 type Config struct {
 	Addr               string        // EXECUTOR_ADDR: metrics and health only
@@ -76,7 +76,7 @@ type Config struct {
 
 const defaultRequestTimeout = 5 * time.Second
 
-// DefaultConfig is the configuration with every default of C5.
+// DefaultConfig is the configuration with every default of docs/contracts/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		Addr:               DefaultAddr,

@@ -15,7 +15,7 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-func TestConfigDefaultsAreC5s(t *testing.T) {
+func TestConfigDefaultsAreTheDocumentedOnes(t *testing.T) {
 	t.Parallel()
 	cmd, cfg, err := ParseConfigTo(nil, env(nil), &bytes.Buffer{})
 	if err != nil || cmd != "run" {

@@ -14,7 +14,7 @@ import (
 // is harmless: the same token and outcome, or PAYOUT_FINAL once the first landed.
 const postAttempts = 3
 
-// cycle is one cycle of C3 #ct3-executor for one account: one lease, at most one
+// cycle is one cycle of docs/contracts/executor.md for one account: one lease, at most one
 // payout. It reports whether it claimed a payout.
 //
 //  1. acquire account:A → token T (held by someone else → skip A)
@@ -187,7 +187,7 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 	e.post(ctx, p, token, grant, *v.post)
 }
 
-// pause is the stale-writer maker (C3 #ct3-executor): the lease is frozen — no
+// pause is the stale-writer maker (docs/contracts/executor.md): the lease is frozen — no
 // renewal, no local deadline — as if the whole process stopped after its last lease
 // check. It reports false when the executor was told to stop during the pause:
 // nothing has been sent, and the payout stays CLAIMED for the reconcile pass.
@@ -229,7 +229,7 @@ func ambiguous() *lockapi.PostRequest {
 	return &lockapi.PostRequest{Outcome: lockapi.StatusAmbiguous}
 }
 
-// verdict maps the proxy's answer to what is posted (C3 #ct3-executor step 4).
+// verdict maps the proxy's answer to what is posted (step 4 of docs/contracts/executor.md).
 func (e *executor) verdict(ctx context.Context, p lockapi.Payout, token int64, a submitAnswer) verdict {
 	return storableOnly(e.answerVerdict(ctx, p, token, a))
 }

@@ -11,7 +11,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Issue 4 acceptance 2: 200 payouts over 20 accounts, 4 executors, no chaos →
+// 200 payouts over 20 accounts, 4 executors, no chaos →
 // every payout PAID, exactly one rail call per payout, and the ledger's debits add
 // up to what the rail accepted.
 func TestEndToEndEveryPayoutPaidOnce(t *testing.T) {
@@ -81,7 +81,7 @@ func TestEndToEndEveryPayoutPaidOnce(t *testing.T) {
 	}
 }
 
-// staleSetup is the stale writer made the way C3 #ct3-executor says: executor A
+// staleSetup is the stale writer made the way docs/contracts/executor.md says: executor A
 // claims P with T1 and freezes between its last lease check and its submission;
 // its lease expires.
 func staleSetup(t *testing.T, prefix string, extra int) (st stackT, a *runningExecutor, gateA *gate, p string, t1 int64) {
@@ -125,7 +125,7 @@ func checkPaidOnce(t *testing.T, st stackT, p string) payoutRow {
 	return row
 }
 
-// Issue 4 acceptance 3 (i): A wakes after B's submission. A is FENCED_OUT at the
+// A wakes after B's submission. A is FENCED_OUT at the
 // proxy and posts nothing.
 func TestStaleWriterWakesAfterNewHolderSubmitted(t *testing.T) {
 	t.Parallel()
@@ -166,7 +166,7 @@ func TestStaleWriterWakesAfterNewHolderSubmitted(t *testing.T) {
 	}
 }
 
-// Issue 4 acceptance 3 (ii): A wakes before B submits. A's submission reaches the
+// A wakes before B submits. A's submission reaches the
 // rail; B gets DUPLICATE_SUBMISSION and adopts the first outcome.
 func TestStaleWriterWakesBeforeNewHolderSubmits(t *testing.T) {
 	t.Parallel()
@@ -218,7 +218,7 @@ func TestStaleWriterWakesBeforeNewHolderSubmits(t *testing.T) {
 	}
 }
 
-// Issue 4 acceptance 3 (iii): B works another payout P2 of the same account and
+// B works another payout P2 of the same account and
 // submits it first; A's stale submission of P is FENCED_OUT; the reconcile pass
 // later pays P with a new token.
 func TestStaleWriterFencedByAnotherPayoutThenReconciled(t *testing.T) {
@@ -268,7 +268,7 @@ func TestStaleWriterFencedByAnotherPayoutThenReconciled(t *testing.T) {
 	}
 }
 
-// Issue 4 acceptance 4: rail latency beyond the proxy's read timeout for some
+// Rail latency beyond the proxy's read timeout for some
 // calls, dropped connections for others (and declines): those end AMBIGUOUS (the
 // declines DECLINED), none is submitted again, none is lost, the rest are PAID.
 func TestChaosEndsAmbiguousNeverResubmitted(t *testing.T) {
@@ -360,7 +360,7 @@ func TestChaosEndsAmbiguousNeverResubmitted(t *testing.T) {
 	}
 }
 
-// Issue 4 acceptance 5: an executor killed (SIGKILL) with a payout CLAIMED; the
+// An executor killed (SIGKILL) with a payout CLAIMED; the
 // reconcile pass of another executor settles it.
 func TestKilledExecutorsClaimIsReconciled(t *testing.T) {
 	t.Parallel()

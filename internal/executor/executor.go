@@ -1,4 +1,4 @@
-// Package executor is the worker of C3 #ct3-executor: it takes an account's lease
+// Package executor is the worker of docs/contracts/executor.md: it takes an account's lease
 // from lock-server, claims one of the account's payouts with the lease's fencing
 // token at payment-resource, submits it through rail-proxy with the same token, and
 // posts what the proxy said. A reconcile pass settles payouts left CLAIMED by an

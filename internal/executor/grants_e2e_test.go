@@ -10,7 +10,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// The executor presents its lease's grant (C7) on claim, submit and post: with
+// The executor presents its lease's grant (docs/contracts/signed-grants.md) on claim, submit and post: with
 // lock-server signing and both fence points verifying, every payout is PAID
 // through the fences and not one grant is refused.
 func TestExecutorPresentsItsLeasesGrant(t *testing.T) {

@@ -124,7 +124,7 @@ func (r *idleRelay) unanswered() int {
 	return r.unsent
 }
 
-// Issue 8, item 9: a kept-alive connection to rail-proxy that the server side
+// A kept-alive connection to rail-proxy that the server side
 // closes as idle just as a submission goes out. The executor sends the
 // submission once more, same token, on a fresh connection: it is settled in the
 // cycle (no `unavailable`, no wait of a lease TTL for the reconcile pass), and
@@ -195,7 +195,7 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 	}
 }
 
-// Issue 8, item 4: with a million rows in rail_submission and a payout whose
+// With a million rows in rail_submission and a payout whose
 // trail runs over two pages (150 FENCED attempts before the one the rail
 // accepted), an executor still settles the payout whose attempt its claimant
 // lost track of: the reconcile pass pages through the trail and adopts it. Not
@@ -277,7 +277,7 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 	}
 }
 
-// Issue 8, item 11: the executor's own post whose answer was lost and that had
+// The executor's own post whose answer was lost and that had
 // landed is answered PAYOUT_FINAL with the status it posted when tried again:
 // that is a success (payout_posted), not a refusal.
 func TestLostPostAnswerConfirmedByPayoutFinal(t *testing.T) {

@@ -88,7 +88,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Health and metrics from start-up (C4): liveness, readiness with the workers as
+// Health and metrics from start-up (docs/contracts/observability.md): liveness, readiness with the workers as
 // its only component (no db), every executor_payout_total result and the pause
 // counter at zero; and the warning, not a refusal, for a lease shorter than the
 // proxy timeout.

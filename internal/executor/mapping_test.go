@@ -77,7 +77,7 @@ func newTestExecutor(t *testing.T, proxyURL string) *executor {
 	return e
 }
 
-// Step 4 of C3 #ct3-executor: every answer of rail-proxy, and every audit trail the
+// Step 4 of docs/contracts/executor.md: every answer of rail-proxy, and every audit trail the
 // no-answer path can find, mapped to what is posted and how it is counted.
 func TestVerdictForEveryAnswer(t *testing.T) {
 	t.Parallel()
@@ -167,7 +167,7 @@ func TestVerdictForEveryAnswer(t *testing.T) {
 	}
 }
 
-// Issue 8, item 9: the answer to the resend after a stale connection (same token,
+// The answer to the resend after a stale connection (same token,
 // fresh connection). FENCED_OUT may be the doing of our own first copy, which
 // reached the proxy after all: the audit trail tells which.
 func TestVerdictForResentAnswer(t *testing.T) {

@@ -2,7 +2,7 @@ package executor
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Results of executor_payout_total (C4 #ct4-metrics): a closed set.
+// Results of executor_payout_total (docs/contracts/observability.md): a closed set.
 const (
 	resultPaid        = "paid"
 	resultDeclined    = "declined"
@@ -18,7 +18,7 @@ var results = []string{resultPaid, resultDeclined, resultAmbiguous, resultFenced
 type metrics struct {
 	payouts *prometheus.CounterVec
 	pauses  prometheus.Counter
-	// resent is a project addition beyond C4 (docs/contracts/observability.md).
+	// resent is a project addition (docs/contracts/observability.md).
 	resent prometheus.Counter
 }
 
@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	// Zero-initialise every label value (C4 #ct4-zero).
+	// Zero-initialise every label value (docs/contracts/observability.md).
 	for _, r := range results {
 		m.payouts.WithLabelValues(r)
 	}

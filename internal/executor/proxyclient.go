@@ -58,7 +58,7 @@ func (c *proxyClient) close() {
 	c.fresh.CloseIdleConnections()
 }
 
-// idempotencyKey is the key of one attempt: one payout under one token (C3 #ct3-executor).
+// idempotencyKey is the key of one attempt: one payout under one token (docs/contracts/executor.md).
 func idempotencyKey(payoutID string, token int64) string {
 	return payoutID + ":" + strconv.FormatInt(token, 10)
 }
@@ -135,7 +135,7 @@ func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, t
 }
 
 // submitWithGrant presents one payout to rail-proxy, once, on a pooled
-// connection, with grant — the lease's signed grant of token (C7; "" sends
+// connection, with grant — the lease's signed grant of token (docs/contracts/signed-grants.md; "" sends
 // none). ctx bounds the whole call.
 func (c *proxyClient) submitWithGrant(ctx context.Context, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
 	return c.send(ctx, c.hc, p, token, grant, owner)
@@ -193,7 +193,7 @@ func (c *proxyClient) send(ctx context.Context, hc *http.Client, p lockapi.Submi
 	return parseAnswer(resp, b, p.PayoutID)
 }
 
-// parseAnswer maps a reply to one of the six answers of C3 #ct3-railproxy. The code
+// parseAnswer maps a reply to one of the six answers of docs/contracts/rail-proxy.md. The code
 // must come with its pinned status; anything else is no answer, since acting on a
 // reply we do not understand could post an outcome that did not happen.
 func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
@@ -257,7 +257,7 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 		a.kind = answerUnavailable
 		member("stage", &a.stage)
 	case lockapi.CodeGrantRejected:
-		// Refused before admission (C7): nothing was written or presented. Our
+		// Refused before admission (docs/contracts/signed-grants.md): nothing was written or presented. Our
 		// lease's grant did not prove the token — a key the proxy does not know,
 		// most likely: handled like a request refused as invalid.
 		if resp.StatusCode != http.StatusUnauthorized {
@@ -281,7 +281,7 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 }
 
 // submissions reads the whole audit trail of a payout, oldest first, page by
-// page (C3: at most 100 rows per answer, next names where the following page
+// page (docs/contracts/executor.md: at most 100 rows per answer, next names where the following page
 // starts).
 func (c *proxyClient) submissions(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
 	var (

@@ -102,7 +102,7 @@ func (s *closingProxy) connections() int {
 	return s.conns
 }
 
-// The transport hazard (C3): a submission whose connection is closed by the server
+// The transport hazard (docs/contracts/executor.md): a submission whose connection is closed by the server
 // after it read the request must reach the server once, never twice. The control
 // half shows the test can see the hazard: the same exchange with a re-readable body
 // (what http.NewRequest gives an in-memory body) is resent by net/http.
@@ -212,7 +212,7 @@ func problemAnswer(status int, code string, members map[string]any) http.Handler
 	}
 }
 
-// Every answer of C3 #ct3-railproxy is read as what it is; anything else — a code
+// Every answer of docs/contracts/rail-proxy.md is read as what it is; anything else — a code
 // with the wrong status, a 200 that is not an acceptance of this payout, an
 // unknown code, a non-problem error — is no answer, never a guess.
 func TestParseAnswer(t *testing.T) {
@@ -332,7 +332,7 @@ func TestSubmissionBoundedByItsContext(t *testing.T) {
 	}
 }
 
-// The audit trail is read page by page (C3: next names the submissionId to pass
+// The audit trail is read page by page (docs/contracts/executor.md: next names the submissionId to pass
 // as after), and a trail that does not read as one — rows of another payout,
 // rows out of order, a next that does not follow its page — is an error, never
 // a guess.

@@ -14,7 +14,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// BenchmarkGateCheck is what C7 adds to one submission: the gate's whole check —
+// BenchmarkGateCheck is what docs/contracts/signed-grants.md adds to one submission: the gate's whole check —
 // reading X-Fencing-Grant, verifying, comparing lock, token and owner — as a
 // fence point runs it.
 //

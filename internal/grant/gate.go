@@ -15,8 +15,8 @@ const Challenge = `LockGrant realm="lock.dev"`
 
 // Gate is the grant check a fence point runs on each fenced request, after the
 // request's own validation (a malformed request stays 400) and before anything
-// is written or forwarded. Without a key set it lets every request through, as
-// before C7, and says so at start-up. It is safe for concurrent use.
+// is written or forwarded. Without a key set it lets every request through
+// (tokens unverified), and says so at start-up. It is safe for concurrent use.
 type Gate struct {
 	verifier *Verifier // nil: grants are not verified
 	rejected *prometheus.CounterVec
@@ -24,7 +24,7 @@ type Gate struct {
 }
 
 // NewGate checks grants with keys, or with nothing when keys is nil. It registers
-// grant_rejected_total{reason} in reg with every reason at zero (C4 #ct4-zero),
+// grant_rejected_total{reason} in reg with every reason at zero (docs/contracts/observability.md),
 // also when it checks nothing: the series says so by staying at zero.
 func NewGate(keys *KeySet, cacheSize int, reg prometheus.Registerer, logger *slog.Logger) (*Gate, error) {
 	g := &Gate{

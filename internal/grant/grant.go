@@ -1,4 +1,4 @@
-// Package grant is C7: a fencing token nobody can make up. lock-server signs each
+// Package grant is docs/contracts/signed-grants.md: a fencing token nobody can make up. lock-server signs each
 // grant of a token — a JWT binding the token to its lock and to the owner it was
 // granted to — with an Ed25519 key only it holds; both fence points, rail-proxy and
 // payment-resource, verify the grant offline against a JWK Set before anything is
@@ -11,11 +11,11 @@
 //
 // Files: grant.go (the grant's shape and the closed set of refusal reasons),
 // keys.go (key files, JWK Sets, thumbprints, keygen), sign.go (lock-server's
-// side), verify.go (the fence points' side, in C7's order), cache.go (the bounded
+// side), verify.go (the fence points' side, in the order of docs/contracts/signed-grants.md), cache.go (the bounded
 // cache of verified grants), gate.go (the HTTP check both fence points run).
 //
 // The signature itself is go-jose's (github.com/go-jose/go-jose/v4): parsing the
-// compact form, refusing every algorithm but EdDSA, verifying. What C7 adds on top
+// compact form, refusing every algorithm but EdDSA, verifying. What docs/contracts/signed-grants.md adds on top
 // — the header's typ and kid, the claims' types, issuer, lock, token and owner — is
 // checked here.
 package grant
@@ -24,7 +24,7 @@ import (
 	"fmt"
 )
 
-// The fixed values of a grant (C7 #ct7-grant).
+// The fixed values of a grant (docs/contracts/signed-grants.md).
 const (
 	// Issuer is the iss claim of every grant.
 	Issuer = "lock-server"
@@ -48,11 +48,11 @@ type Claims struct {
 	IssuedAt int64  // iat: seconds since the epoch, lockdb's clock at the grant
 }
 
-// The closed set of reasons a fence point refuses a grant for (C7 #ct7-verify), in
+// The closed set of reasons a fence point refuses a grant for (docs/contracts/signed-grants.md), in
 // the order they are checked: the first that applies is the answer.
 const (
 	ReasonMissing       = "missing"        // no X-Fencing-Grant, or an empty one
-	ReasonMalformed     = "malformed"      // not a well-formed grant of C7's shape
+	ReasonMalformed     = "malformed"      // not a well-formed grant of the shape of docs/contracts/signed-grants.md
 	ReasonUnknownKey    = "unknown_key"    // kid names no key of the verifier's set
 	ReasonBadSignature  = "bad_signature"  // the signature does not verify with that key
 	ReasonWrongIssuer   = "wrong_issuer"   // iss is not lock-server

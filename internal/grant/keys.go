@@ -18,7 +18,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 )
 
-// The files `lock-server keygen --out DIR` writes (C7 #ct7-lockserver).
+// The files `lock-server keygen --out DIR` writes (docs/contracts/signed-grants.md).
 const (
 	SigningKeyFile = "signing-key.pem" // PKCS#8 PEM, mode 0600
 	KeySetFile     = "jwks.json"       // a JWK Set with the public key, mode 0644
@@ -191,7 +191,7 @@ func (s *KeySet) MarshalJSON() ([]byte, error) {
 // ParseKeySet reads a JWK Set. Keys of other types (RSA, EC, symmetric, X25519)
 // are skipped and counted in ignored: a shared JWK Set may hold them, and a grant
 // is only ever verified with Ed25519. An Ed25519 key must be usable exactly as
-// C7 says, or the whole set is refused: public only (private material in a
+// docs/contracts/signed-grants.md says, or the whole set is refused: public only (private material in a
 // verifier's file is a leak, not a key), use "sig" and alg "EdDSA" when given,
 // and a kid, when given, equal to its RFC 7638 thumbprint (any other kid would
 // let a file name one key with another's id). A set with no usable key is
@@ -307,7 +307,7 @@ func Keygen(dir string) (kid string, err error) {
 }
 
 // writeNew creates path (never an existing file), writes b, sets mode exactly
-// (the umask only takes bits away; 0644 is what C7 says the key set is) and syncs.
+// (the umask only takes bits away; 0644 is what docs/contracts/signed-grants.md says the key set is) and syncs.
 func writeNew(path string, b []byte, mode os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&0o600)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"lock.dev/internal/grant"
 )
 
-// keygen writes the pair C7 names with the modes it names; the private key reads
+// keygen writes the pair docs/contracts/signed-grants.md names with the modes it names; the private key reads
 // back, the key set holds its public half under its thumbprint.
 func TestKeygenWritesThePair(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "keys", "lock-server")
@@ -213,7 +213,7 @@ func TestParseKeySet(t *testing.T) {
 	}
 }
 
-// The set serves as C7's JWK Set and reads back as itself.
+// The set serves as the JWK Set of docs/contracts/signed-grants.md and reads back as itself.
 func TestKeySetRoundTrip(t *testing.T) {
 	a, b := newKeyPair(t), newKeyPair(t)
 	s := a.set.Join(b.set, a.set)

@@ -79,9 +79,9 @@ func decodePart(t testing.TB, g string, i int) string {
 	return string(b)
 }
 
-// A grant is C7's shape exactly: EdDSA, typ lockgrant+jwt, kid the key's
+// A grant has exactly the shape of docs/contracts/signed-grants.md: EdDSA, typ lockgrant+jwt, kid the key's
 // thumbprint; claims iss, lock, tok as a decimal string, sub, iat.
-func TestSignedGrantHasC7Shape(t *testing.T) {
+func TestSignedGrantHasTheDocumentedShape(t *testing.T) {
 	k := newKeyPair(t)
 	g := k.sign(t, "account:acct-7", 9223372036854775807, "executor-1")
 	var h map[string]any
@@ -133,7 +133,7 @@ type refusalCase struct {
 	want  string // reason
 }
 
-// refusalCases is the catalogue: every reason of C7, the attacks acceptance 1
+// refusalCases is the catalogue: every reason of docs/contracts/signed-grants.md, the attacks acceptance 1
 // names (alg none, HS256 "signed" with the public key, tok off by one, a grant of
 // acct-1 for acct-10), and the order in which reasons are checked.
 func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
@@ -260,7 +260,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 	}
 }
 
-func TestVerifyRefusesInC7Order(t *testing.T) {
+func TestVerifyRefusesInTheDocumentedOrder(t *testing.T) {
 	k, rogue := newKeyPair(t), newKeyPair(t)
 	v := newVerifier(t, k.set, 0)
 	for _, c := range refusalCases(t, k, rogue) {

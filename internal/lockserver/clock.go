@@ -4,7 +4,7 @@ import "time"
 
 // Clock is where the server reads local time. Nothing that decides ownership may
 // read it: expiry is judged by lockdb's clock_timestamp() so that every replica
-// agrees (C2 #ct2-semantics). This file is the only one allowed to call time.Now;
+// agrees (docs/contracts/lock-service.md). This file is the only one allowed to call time.Now;
 // a test enforces that.
 type Clock interface {
 	Now() time.Time

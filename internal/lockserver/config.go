@@ -14,7 +14,7 @@ import (
 	"lock.dev/internal/serve"
 )
 
-// Config is everything lock-server is told (C5 #ct5-config), plus the hooks that
+// Config is everything lock-server is told (docs/contracts/configuration.md), plus the hooks that
 // let tests and lockdemo run it in-process.
 type Config struct {
 	Addr           string        // LOCK_SERVER_ADDR
@@ -28,7 +28,7 @@ type Config struct {
 	UnsafeNonDurableDB bool
 
 	// SigningKeyFile is LOCK_SERVER_SIGNING_KEY_FILE: a PEM PKCS#8 Ed25519 private
-	// key; every grant is signed with it (C7). Empty: no grants are signed.
+	// key; every grant is signed with it (docs/contracts/signed-grants.md). Empty: no grants are signed.
 	SigningKeyFile string
 	// PreviousPublicKeysFile is LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE: a JWK Set
 	// published at GET /v1/keys beside the current key, so verifiers can be
@@ -40,13 +40,13 @@ type Config struct {
 	// LogOutput receives the JSON log; nil means os.Stdout.
 	LogOutput io.Writer
 	// Clock is the server's own clock; nil means the system clock. It is a test
-	// hook and deliberately powerless: lease time is database time (C2), so the
+	// hook and deliberately powerless: lease time is database time (docs/contracts/lock-service.md), so the
 	// server reads its clock only to measure how long its own calls took. A test
 	// injects a skewed clock to show grants and expiry do not move.
 	Clock Clock
 }
 
-// Defaults of C5.
+// Defaults of docs/contracts/configuration.md.
 const (
 	defaultAddr     = ":8081"
 	defaultMaxConns = 20
@@ -57,7 +57,7 @@ const (
 // maxTTLBound is the longest TTL lock_grant.ttl_ms (an integer column) can record.
 const maxTTLBound = time.Duration(math.MaxInt32) * time.Millisecond
 
-// DefaultConfig is the configuration with every C5 default.
+// DefaultConfig is the configuration with every default (docs/contracts/configuration.md).
 func DefaultConfig() Config {
 	return Config{
 		Addr:           defaultAddr,
@@ -112,11 +112,11 @@ func (c Config) clock() Clock {
 	return c.Clock
 }
 
-// Subcommands of lock-server (C5 #ct5-binaries).
+// Subcommands of lock-server (docs/contracts/configuration.md).
 const (
 	CmdServe   = "serve"
 	CmdMigrate = "migrate"
-	CmdKeygen  = "keygen" // C7: lock-server keygen --out DIR
+	CmdKeygen  = "keygen" // docs/contracts/signed-grants.md: lock-server keygen --out DIR
 )
 
 const synopsis = "lock-server [serve|migrate] [flags]  |  lock-server keygen --out DIR"

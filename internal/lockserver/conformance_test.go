@@ -23,7 +23,7 @@ var exempt = append(apitest.ServeEndpoints500(),
 	// The published key set answers from memory: its 500 is only a panic's.
 	apitest.Exempt("GET", "/v1/keys", 500, "no failure path but a panic"))
 
-// The answers the behavioural tests have no reason to give: the C4 aliases,
+// The answers the behavioural tests have no reason to give: the aliases (docs/contracts/observability.md),
 // the document itself, 413 on renew, 503 on the grant history, and the 500
 // INTERNAL of every lease call, provoked by taking lockdb's tables away from a
 // running server (an error PostgreSQL reports that is not unavailability).

@@ -42,7 +42,7 @@ func signingServer(t *testing.T, configure func(*Config)) (*testServer, *grant.K
 	return startServer(t, cfg), set
 }
 
-// C7 #ct7-lockserver: the acquire answers a grant of its token to its owner; the
+// docs/contracts/signed-grants.md: the acquire answers a grant of its token to its owner; the
 // renewal and GET answer the same bytes; GET has none once the lease is over.
 func TestAcquireAnswersASignedGrant(t *testing.T) {
 	t.Parallel()

@@ -13,8 +13,8 @@ import (
 	"lock.dev/lockapi"
 )
 
-// handler binds the C2 calls strictly, asks the store, and answers. Binding
-// follows C3's order — content type (415), size (413), then every fault of the
+// handler binds the calls (docs/contracts/lock-service.md) strictly, asks the store, and answers. Binding
+// follows the order of docs/contracts/lock-service.md — content type (415), size (413), then every fault of the
 // name, headers and body together (400) — and comes before any lookup, so a
 // malformed call writes nothing.
 type handler struct {
@@ -24,10 +24,10 @@ type handler struct {
 	clock    Clock
 	minTTLMs int64
 	maxTTLMs int64
-	grants   grants // C7: the signer of every grant answered, if any
+	grants   grants // docs/contracts/signed-grants.md: the signer of every grant answered, if any
 }
 
-// Grant history page sizes (C2 #ct2-api).
+// Grant history page sizes (docs/contracts/lock-service.md).
 const (
 	defaultGrantLimit = 100
 	maxGrantLimit     = 1000
@@ -134,7 +134,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
-	// Release has no body: its Content-Type and body are not looked at (C3).
+	// Release has no body: its Content-Type and body are not looked at (docs/contracts/lock-service.md).
 	c, ok := h.bind(w, r, true, false)
 	if !ok {
 		return
@@ -267,7 +267,7 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 	lockapi.WriteProblem(w, p)
 }
 
-// writeLease answers an acquire or renewal with its grant (C7). A grant that
+// writeLease answers an acquire or renewal with its grant (docs/contracts/signed-grants.md). A grant that
 // cannot be signed is a 500: the lease stands in lockdb and ends with its TTL.
 func (h *handler) writeLease(w http.ResponseWriter, op string, l Lease, ttlMs int64) {
 	dto := leaseDTO(l, ttlMs)

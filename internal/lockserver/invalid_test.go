@@ -40,7 +40,7 @@ const (
 )
 
 // badCalls is the malformed-input catalogue: names, owners, tokens, TTLs, JSON,
-// query parameters, and C3's precedence 415 → 413 → 400. The lock "held" is
+// query parameters, and the precedence of docs/contracts/lock-service.md 415 → 413 → 400. The lock "held" is
 // held by o1 with token 1; "fresh" was never granted.
 func badCalls() []badCall {
 	ok := []byte(`{"ttlMs":1000}`)

@@ -2,7 +2,7 @@ package lockserver
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Results of the three lease calls, the closed label sets of C4 #ct4-metrics.
+// Results of the three lease calls, the closed label sets of docs/contracts/observability.md.
 const (
 	resultGranted  = "granted"
 	resultHeld     = "held"
@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.grant, m.renew, m.release)
-	// Every series exists from start-up at 0 (C4 #ct4-zero).
+	// Every series exists from start-up at 0 (docs/contracts/observability.md).
 	for _, r := range []string{resultGranted, resultHeld} {
 		m.grant.WithLabelValues(r)
 	}

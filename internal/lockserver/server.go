@@ -1,4 +1,4 @@
-// Package lockserver is lock-server (C2): leases on named locks, each grant
+// Package lockserver is lock-server (docs/contracts/lock-service.md): leases on named locks, each grant
 // carrying a fencing token strictly greater than every token issued for that lock
 // before. It is a stateless HTTP service over lockdb; any number of replicas may
 // share one lockdb, because every decision — who holds a lock, whether a lease
@@ -30,7 +30,7 @@ const service = "lock-server"
 // schemaCheckTimeout bounds the start-up check of lockdb's schema version.
 const schemaCheckTimeout = 10 * time.Second
 
-// Run serves lock-server until ctx is cancelled, then drains (C4 #ct4-health) and
+// Run serves lock-server until ctx is cancelled, then drains (docs/contracts/observability.md) and
 // returns nil. It refuses to start when lockdb's schema is behind this binary.
 func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cfg.Validate(); err != nil {

@@ -25,7 +25,7 @@ const maxAnswerBytes = 8 << 20
 // *lockapi.Problem (use errors.As and look at Code); any other error is a
 // transport failure or an answer that is not the API's.
 //
-// It never sends X-Idempotency-Key (C3 transport hazard): without it a POST is
+// It never sends X-Idempotency-Key (the transport hazard, docs/contracts/executor.md): without it a POST is
 // never silently resent by net/http on a reused connection, so a claim is never
 // presented twice (a second presentation of the same token would come back
 // FENCED_OUT and mislead the caller).
@@ -106,7 +106,7 @@ func (c *Client) Claim(ctx context.Context, id string, token int64, owner string
 }
 
 // ClaimWithGrant is Claim presenting grant, lock-server's signed grant of token
-// (C7; "" sends none).
+// (docs/contracts/signed-grants.md; "" sends none).
 func (c *Client) ClaimWithGrant(ctx context.Context, id string, token int64, grant, owner string) (lockapi.Payout, error) {
 	var p lockapi.Payout
 	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, fencing(token, grant, owner), nil, &p)
@@ -120,7 +120,7 @@ func (c *Client) Post(ctx context.Context, id string, token int64, owner string,
 }
 
 // PostWithGrant is Post presenting grant, lock-server's signed grant of token
-// (C7; "" sends none).
+// (docs/contracts/signed-grants.md; "" sends none).
 func (c *Client) PostWithGrant(ctx context.Context, id string, token int64, grant, owner string, req lockapi.PostRequest) (lockapi.Payout, error) {
 	var p lockapi.Payout
 	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, fencing(token, grant, owner), req, &p)

@@ -86,7 +86,7 @@ func TestClientHeaders(t *testing.T) {
 	}
 }
 
-// The C3 transport hazard: a server that reads a request on a kept-alive
+// The transport hazard (docs/contracts/executor.md): a server that reads a request on a kept-alive
 // connection and closes it without answering. The client's claim and post are
 // each received once, and the caller sees an error. The control shows the same
 // setup does produce a silent resend for a request carrying an idempotency key

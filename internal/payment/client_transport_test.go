@@ -15,7 +15,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Issue 8, item 6: a claim or a post is presented once. A 307 (or 308) comes back
+// A claim or a post is presented once. A 307 (or 308) comes back
 // as an error, and the address it names receives nothing — whatever http.Client
 // the caller handed in.
 func TestClientFollowsNoRedirect(t *testing.T) {
@@ -61,7 +61,7 @@ func TestClientFollowsNoRedirect(t *testing.T) {
 
 const envProxyChild = "PAYMENT_CLIENT_ENV_PROXY_CHILD"
 
-// Issue 8, item 6: HTTP_PROXY and HTTPS_PROXY change nothing: the client talks
+// HTTP_PROXY and HTTPS_PROXY change nothing: the client talks
 // to payment-resource directly, so no proxy can retry a claim or a post on its
 // own. The proxy settings are read once per process, so a child process runs the
 // client with them set; it calls a name that does not resolve (loopback

@@ -16,7 +16,7 @@ import (
 // ServiceName is the service field of every log line and the binary's name.
 const ServiceName = "payment-resource"
 
-// Defaults (C5 #ct5-config, C3 #ct3-timeouts).
+// Defaults (docs/contracts/configuration.md, docs/contracts/rail-proxy.md).
 const (
 	DefaultAddr      = ":8082"
 	DefaultLogLevel  = "info"
@@ -25,7 +25,7 @@ const (
 	maxMaxConns      = 10_000
 )
 
-// Config is every setting of payment-resource (C5) plus the in-process hooks.
+// Config is every setting of payment-resource (docs/contracts/configuration.md) plus the in-process hooks.
 type Config struct {
 	Addr          string // PAYMENT_RESOURCE_ADDR
 	LogLevel      string // LOG_LEVEL
@@ -34,9 +34,9 @@ type Config struct {
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
-	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint (C6)
+	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint (docs/contracts/reconciliation.md)
 	// GrantKeysFile is PAYMENT_GRANT_KEYS_FILE: the JWK Set every claim's and
-	// post's X-Fencing-Grant is verified with (C7). Empty: grants are not verified.
+	// post's X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty: grants are not verified.
 	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
@@ -44,12 +44,12 @@ type Config struct {
 
 	// DBTimeout bounds one request's paydb work, the wait for a pool connection
 	// included; past it the request answers 503 UNAVAILABLE. Zero means
-	// DefaultDBTimeout (2 s, C5). Not a setting: a test hook, so a test of the
+	// DefaultDBTimeout (2 s, docs/contracts/configuration.md). Not a setting: a test hook, so a test of the
 	// 503 path need not wait the full bound.
 	DBTimeout time.Duration
 }
 
-// DefaultConfig is the configuration with every default of C5.
+// DefaultConfig is the configuration with every default of docs/contracts/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		Addr:          DefaultAddr,

@@ -159,7 +159,7 @@ func TestServesAcrossFailover(t *testing.T) {
 	}
 }
 
-// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set (C5);
+// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set (docs/contracts/configuration.md);
 // with it, payment-resource serves, says so at ERROR and shows the gauge.
 func TestRefusesPaydbWithFsyncOff(t *testing.T) {
 	p := pgtest.Pair(t, pgcluster.PairOptions{}) // a throwaway server: fsync off

@@ -11,7 +11,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// A key rotation at payment-resource (C7 #ct7-verify), as rail-proxy's
+// A key rotation at payment-resource (docs/contracts/signed-grants.md), as rail-proxy's
 // TestGrantKeyRotation: PAYMENT_GRANT_KEYS_FILE is read at start-up, so a
 // rotation is a restart with the new set. Given the old and the new key it takes
 // grants signed by either, at claim and at post; restarted with the new key only,

@@ -9,7 +9,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// loadGrantKeys reads PAYMENT_GRANT_KEYS_FILE (C7): nil when it is empty. A file
+// loadGrantKeys reads PAYMENT_GRANT_KEYS_FILE (docs/contracts/signed-grants.md): nil when it is empty. A file
 // that cannot be read or holds no usable Ed25519 key is a bad setting (exit 2).
 func loadGrantKeys(path string) (*grant.KeySet, int, error) {
 	if path == "" {
@@ -22,7 +22,7 @@ func loadGrantKeys(path string) (*grant.KeySet, int, error) {
 	return set, ignored, nil
 }
 
-// checkGrant is C7 at fence point (a), between the request's validation and any
+// checkGrant is docs/contracts/signed-grants.md at fence point (a), between the request's validation and any
 // write. The grant must be of the payout's own account, so the payout is read
 // first: an unknown payout stays 404 NOT_FOUND, and only then does a grant that
 // does not prove the token answer 401 — before PAYOUT_FINAL and FENCED_OUT, so a

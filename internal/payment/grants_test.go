@@ -49,7 +49,7 @@ func (e *env) fenced(t testing.TB, id, call string, token int64, owner string, g
 	return resp.StatusCode, m, resp.Header
 }
 
-// Acceptance 1 at payment-resource: every refusal reason of C7 answers 401
+// Acceptance 1 at payment-resource: every refusal reason of docs/contracts/signed-grants.md answers 401
 // GRANT_REJECTED with its reason for a claim and for a post — alg none, an HS256
 // grant keyed with the public key, tok one off X-Fencing-Token, a grant of acct-1
 // used for a payout of acct-10 among them — and changes no payout, writes no
@@ -119,7 +119,7 @@ func TestGrantRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
-// Precedence at payment-resource (C7): 400 first, then NOT_FOUND (the payout's
+// Precedence at payment-resource (docs/contracts/signed-grants.md): 400 first, then NOT_FOUND (the payout's
 // account is needed), then the grant — before PAYOUT_FINAL and FENCED_OUT, so a
 // caller without a grant learns nothing of the payout's state.
 func TestGrantPrecedenceAtPaymentResource(t *testing.T) {

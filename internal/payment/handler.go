@@ -21,7 +21,7 @@ type handlers struct {
 	dbTimeout time.Duration
 
 	settleToken string      // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
-	grants      *grant.Gate // C7: claims and posts must prove their token, when it verifies
+	grants      *grant.Gate // docs/contracts/signed-grants.md: claims and posts must prove their token, when it verifies
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.
@@ -164,7 +164,7 @@ func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id strin
 	case errors.As(err, &final):
 		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutFinal,
 			"payout "+id+" is "+final.Status+"; a final payout never changes",
-			// C3 names this member "status", which RFC 9457 and C3's own conventions
+			// docs/contracts/payments.md names this member "status", which RFC 9457 and the conventions of docs/contracts/README.md
 			// reserve for the HTTP status; the payout's status goes in payoutStatus.
 			map[string]any{"payoutStatus": final.Status}))
 	case errors.As(err, &fenced):

@@ -20,7 +20,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Every C4 series of payment-resource exists from start-up at 0, for each value
+// Every series (docs/contracts/observability.md) of payment-resource exists from start-up at 0, for each value
 // of its closed label set, on /metrics and /actuator/prometheus alike.
 func TestMetricsZeroInitialised(t *testing.T) {
 	t.Parallel()
@@ -264,7 +264,7 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	}
 }
 
-// Settings: C5 defaults, environment, flags winning over it, out-of-bounds
+// Settings: the defaults (docs/contracts/configuration.md), environment, flags winning over it, out-of-bounds
 // values refused naming the variable, unknown subcommands refused, --help
 // listing every setting.
 func TestParseConfig(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package payment is payment-resource (C3 #ct3-payouts): payouts are created,
+// Package payment is payment-resource (docs/contracts/payments.md): payouts are created,
 // claimed by an executor with its fencing token (fence point (a): a PostgreSQL
 // row that compares tokens), and posted by that claimant with the rail's outcome;
 // a PAID post writes its ledger entry in the same transaction. It also exports
@@ -30,7 +30,7 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 	mux.HandleFunc("GET /v1/payouts/{id}", h.get)
 	mux.HandleFunc("POST /v1/payouts/{id}/claim", h.claim)
 	mux.HandleFunc("POST /v1/payouts/{id}/post", h.post)
-	if h.settleToken != "" { // C6: no token, no settle endpoint (404)
+	if h.settleToken != "" { // docs/contracts/reconciliation.md: no token, no settle endpoint (404)
 		mux.HandleFunc("POST /v1/payouts/{id}/settle", h.settle)
 	}
 	mux.Handle("GET /openapi.json", api.Handler(api.PaymentResource))

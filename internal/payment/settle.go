@@ -8,7 +8,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// POST /v1/payouts/{id}/settle (C6 #ct6-settle): the reconciler settles an
+// POST /v1/payouts/{id}/settle (docs/contracts/reconciliation.md): the reconciler settles an
 // AMBIGUOUS payout from the rail's statement. Mounted only when
 // PAYMENT_SETTLE_TOKEN is set; without it the route does not exist (404).
 //

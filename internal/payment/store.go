@@ -81,7 +81,7 @@ func (s *store) requireSchema(ctx context.Context) error {
 	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
 }
 
-// migrate applies the whole paydb tree (rail-proxy's tables too: C1 keeps one tree).
+// migrate applies the whole paydb tree (rail-proxy's tables too: docs/contracts/database.md keeps one tree).
 func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
 	return paydb.Tree().Migrate(ctx, s.pool, logger)
 }
@@ -226,7 +226,7 @@ func (s *store) List(ctx context.Context, f listFilter) ([]lockapi.Payout, error
 	return out, nil
 }
 
-// claimSQL is fence point (a), verbatim from C1 #ct1-payments: strict "<", so an
+// claimSQL is fence point (a), verbatim from docs/contracts/database.md: strict "<", so an
 // equal token is a replay, not a new holder; a final payout never matches.
 const claimSQL = `UPDATE payout SET status='CLAIMED', fence_token=$2, claimed_by=$3, updated_at=now()
  WHERE payout_id=$1 AND status IN ('PENDING','CLAIMED') AND fence_token < $2
@@ -377,7 +377,7 @@ func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner stri
 		})
 }
 
-// settleSQL: only an AMBIGUOUS payout is settled (C6 #ct6-settle), and only once:
+// settleSQL: only an AMBIGUOUS payout is settled (docs/contracts/reconciliation.md), and only once:
 // a second settle finds it final. fence_token and claimed_by stay as the last
 // claimant left them; the ledger entry is posted with that token.
 const settleSQL = `UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
@@ -473,7 +473,7 @@ func eqPtr[T comparable](a, b *T) bool {
 }
 
 // isFinal: nothing moves a payout out of PAID, DECLINED or NOT_PRESENTED, and no
-// executor moves one out of AMBIGUOUS (only a settle does, C1 #ct1-payments).
+// executor moves one out of AMBIGUOUS (only a settle does, docs/contracts/database.md).
 func isFinal(status string) bool {
 	return status == lockapi.StatusPaid || status == lockapi.StatusDeclined || status == lockapi.StatusAmbiguous ||
 		status == lockapi.StatusNotPresented

@@ -13,7 +13,7 @@ import (
 )
 
 // Case is one presentation a fence point must refuse: the X-Fencing-Grant values
-// (nil: no header), what the request presents besides, and the reason C7 gives.
+// (nil: no header), what the request presents besides, and the reason docs/contracts/signed-grants.md gives.
 type Case struct {
 	Name    string
 	Grants  []string
@@ -23,7 +23,7 @@ type Case struct {
 	Reason  string
 }
 
-// Catalogue is every refusal reason of C7, with the attacks acceptance 1 names
+// Catalogue is every refusal reason of docs/contracts/signed-grants.md, with the attacks acceptance 1 names
 // (alg none, HS256 "signed" with the public key, tok off by one, a grant of
 // acct-1 for acct-10), against a fence point that verifies with key's public half.
 // The honest presentation is a grant of token on account:account to owner; every
