@@ -11,13 +11,13 @@ import (
 )
 
 // UnsafeSetting is the setting that lets a service serve a database whose fsync
-// is off (C5), named after etcd's --unsafe-no-fsync.
+// is off (docs/contracts/configuration.md), named after etcd's --unsafe-no-fsync.
 const UnsafeSetting = "UNSAFE_NON_DURABLE_DB"
 
 // UnsafeEvent is the start-up log event (ERROR) of a service running with
 // UNSAFE_NON_DURABLE_DB=true, and UnsafeGauge the gauge that shows it: 1 from
 // start-up when the setting is true, else 0. Both are project additions beyond
-// C4's tables.
+// the tables of docs/contracts/observability.md.
 const (
 	UnsafeEvent = "unsafe_non_durable_db"
 	UnsafeGauge = "db_unsafe_non_durable"
@@ -28,7 +28,7 @@ const (
 var ErrNonDurable = errors.New("database has fsync off")
 
 // RequireDurable is the start-up check every service with a database runs before
-// it serves (C5 UNSAFE_NON_DURABLE_DB). With fsync off a crash of the database's
+// it serves (UNSAFE_NON_DURABLE_DB, docs/contracts/configuration.md). With fsync off a crash of the database's
 // server can forget committed transactions — a forwarded intent and the mark with
 // it, a granted token — so such a database is refused (an error wrapping
 // ErrNonDurable that names the setting) unless unsafe is true. With unsafe true it

@@ -29,7 +29,7 @@ import (
 	"lock.dev/lockclient"
 )
 
-// The attack (issue 12, C7): a rogue client with network access and no lease
+// The attack (docs/contracts/signed-grants.md): a rogue client with network access and no lease
 // presents a huge fencing token for an account, to rail-proxy and to
 // payment-resource. Without signed grants a token is only a number: the gate
 // admits anything above the mark, the rail pays, and the mark — which never goes
@@ -62,7 +62,7 @@ type AttackAttempt struct {
 	Status  int    `json:"status"`
 	Code    string `json:"code,omitempty"`   // the problem code; empty on success
 	Reason  string `json:"reason,omitempty"` // GRANT_REJECTED's reason
-	Want    string `json:"expectedReason"`   // the reason C7 gives this variant
+	Want    string `json:"expectedReason"`   // the reason docs/contracts/signed-grants.md gives this variant
 }
 
 // Refused says the attempt was refused for its grant with the expected reason.
@@ -121,7 +121,7 @@ type AttackResult struct {
 	Target            PayoutState `json:"target"`
 	Honest            PayoutState `json:"honest"`
 	// OK: with grants verified, every attempt was refused for its grant with
-	// C7's reason, the rail saw nothing of the rogue, the mark did not move and
+	// the reason of docs/contracts/signed-grants.md, the rail saw nothing of the rogue, the mark did not move and
 	// the honest executor paid both payouts. Without verification, OK says the
 	// hazard showed as described (the huge token admitted, the honest holder
 	// fenced out), which is what the column exists to show.

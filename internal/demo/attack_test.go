@@ -27,8 +27,8 @@ func runAttackColumn(t *testing.T, verified bool) *AttackResult {
 	return r
 }
 
-// Issue 12, build item 6: with grants verified every rogue attempt is refused
-// with C7's reason, at both fence points; the rail sees nothing of the rogue,
+// With grants verified every rogue attempt is refused
+// with the reason of docs/contracts/signed-grants.md, at both fence points; the rail sees nothing of the rogue,
 // the mark does not move, and the honest executor still pays the account.
 func TestAttackRefusedWithGrantsVerified(t *testing.T) {
 	t.Parallel()

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The reconciler (C6) runs beside the executors for the whole run, as it would in
+// The reconciler (docs/contracts/reconciliation.md) runs beside the executors for the whole run, as it would in
 // production, and closes the books: after the executors stop, the run waits for
 // its final pass — one whose read of the rail's statement began past every
 // attempt's settle window — so that every AMBIGUOUS payout is settled PAID,

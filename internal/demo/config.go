@@ -10,7 +10,7 @@ import (
 	"lock.dev/internal/railproxy"
 )
 
-// Config is everything lockdemo can be told. Flags only (C5: lockdemo is a
+// Config is everything lockdemo can be told. Flags only (docs/contracts/configuration.md: lockdemo is a
 // command-line tool); ParseArgs fills it.
 type Config struct {
 	Payouts   int     // payouts seeded per run
@@ -28,12 +28,12 @@ type Config struct {
 	Fencing     bool          // RAIL_PROXY_FENCING_ENABLED of a single run
 	Compare     bool          // run fencing on and off on fresh databases, side by side
 	// Grants: lock-server signs every grant and rail-proxy and payment-resource
-	// verify them (C7), in the runs. Attack: after the runs, a rogue client with
+	// verify them (docs/contracts/signed-grants.md), in the runs. Attack: after the runs, a rogue client with
 	// no lease presents a huge token, with and without verification.
 	Grants bool
 	Attack bool
 	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
-	// mid-run, kills the primary (SIGKILL) and promotes the standby (issue 9). It
+	// mid-run, kills the primary (SIGKILL) and promotes the standby. It
 	// is one fenced run: no --compare, no --attack.
 	Failover bool
 
@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 }
 
 // InterruptedAfter is the RAIL_PROXY_INTERRUPTED_AFTER lockdemo gives rail-proxy:
-// as short as C3 allows for the timeouts in use (it must exceed admission +
+// as short as docs/contracts/rail-proxy.md allows for the timeouts in use (it must exceed admission +
 // connect + read + resolution by at least the 2 s margin), so a crash's
 // interrupted intents settle within the run.
 func (c Config) InterruptedAfter() time.Duration {
@@ -83,7 +83,7 @@ func (c Config) InterruptedAfter() time.Duration {
 }
 
 // ProxyTimeout is the executors' EXECUTOR_PROXY_TIMEOUT: above the proxy's worst
-// case with these timeouts, as C3 asks.
+// case with these timeouts, as docs/contracts/rail-proxy.md asks.
 func (c Config) ProxyTimeout() time.Duration {
 	return c.InterruptedAfter() + 400*time.Millisecond
 }

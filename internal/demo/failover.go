@@ -14,7 +14,7 @@ import (
 
 // With --failover, paydb and lockdb run on a primary and a synchronous standby
 // (stack.Options.Replicated), and mid-run the primary is killed with SIGKILL and
-// the standby promoted while every service runs on (issue 9). The services were
+// the standby promoted while every service runs on. The services were
 // given the pair's multi-host URLs, so they follow the promotion without a
 // restart; meanwhile they answer 503. Taps in front of lock-server,
 // payment-resource and rail-proxy record the answers the executors got and every
@@ -81,7 +81,7 @@ func (s *scenario) failover(ctx context.Context) error {
 }
 
 // firstAdmittedAfter is the submitted_at of the first submission admitted after t
-// (C1: outcome NULL, ACKED, REJECTED, TIMEOUT or UNSENT).
+// (docs/contracts/database.md: outcome NULL, ACKED, REJECTED, TIMEOUT or UNSENT).
 const firstAdmittedAfter = `
 SELECT min(submitted_at) FROM rail_submission
  WHERE submitted_at > $1

@@ -74,7 +74,7 @@ var urlPassword = regexp.MustCompile(`://[^/@:\s]+:[^/@\s]+@`)
 // Acceptance 3: compose.yaml loads with the compose-spec loader and has every
 // service, health check and dependency: PostgreSQL 15 for lockdb and paydb,
 // migrations as one-shot services, every lock.dev service with a /readyz health
-// check on its C5 port (through the image's healthcheck binary: the base has no
+// check on its port (docs/contracts/configuration.md) (through the image's healthcheck binary: the base has no
 // shell), start order by health, hardening, and no literal secret.
 func TestComposeFile(t *testing.T) {
 	p := loadCompose(t)
@@ -176,7 +176,7 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// Prometheus scrapes every lock.dev process on its C5 port, loads the alert
+// Prometheus scrapes every lock.dev process on its port (docs/contracts/configuration.md), loads the alert
 // rules, and Grafana is provisioned with the datasource and the dashboard.
 func TestComposeObservability(t *testing.T) {
 	dir := root(t)

@@ -21,7 +21,7 @@ func root(t *testing.T) string {
 	return dir
 }
 
-// Ports of C5 (#ct5-binaries) and C6.
+// Ports of docs/contracts/configuration.md and docs/contracts/reconciliation.md.
 var ports = map[string]int{
 	"lock-server":      8081,
 	"payment-resource": 8082,

@@ -236,7 +236,7 @@ func template(t *testing.T, o object) podTemplate {
 	return p
 }
 
-// Settings of C5/C6/C7 each service may be given; a misspelt one would be
+// Settings each service may be given (docs/contracts/configuration.md, reconciliation.md, signed-grants.md); a misspelt one would be
 // ignored by the service and silently leave a default in force.
 var settings = map[string][]string{
 	"lock-server":      {"LOG_LEVEL", "LOCK_SERVER_ADDR", "LOCKDB_URL", "LOCKDB_MAX_CONNS", "LOCK_MIN_TTL", "LOCK_MAX_TTL", "UNSAFE_NON_DURABLE_DB", "LOCK_SERVER_SIGNING_KEY_FILE", "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE"},
@@ -313,7 +313,7 @@ func checkEnv(t *testing.T, where, service string, c container) {
 }
 
 // Acceptance 2: every Deployment runs its own binary, has liveness and
-// readiness probes on the C4 paths and its C5 port, runs as non-root on a
+// readiness probes on the paths (docs/contracts/observability.md) and its port (docs/contracts/configuration.md), runs as non-root on a
 // read-only root filesystem without privilege escalation or capabilities, has
 // requests and limits, a PodDisruptionBudget and, when it serves an API, a
 // Service; the migration Jobs run `migrate` with the same hardening.

@@ -36,7 +36,7 @@ var synthetic = map[string]bool{"up": true}
 
 // family is a metric family as the services export it: its type and, per
 // label, the values its series have (every value of a closed set, since the
-// services zero-initialise them, C4 #ct4-zero).
+// services zero-initialise them, docs/contracts/observability.md).
 type family struct {
 	typ    dto.MetricType
 	labels map[string]map[string]bool
@@ -282,7 +282,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	walk(d.Panels)
-	// The panels an operator needs (issue 13): each of these is on the dashboard.
+	// The panels an operator needs: each of these is on the dashboard.
 	for _, m := range []string{"rail_submission_total", "lock_fenced_out_total", "rail_duplicate_attempted_total",
 		"rail_submission_inflight", "rail_submission_duration_seconds_bucket", "lock_grant_total", "executor_payout_total",
 		"reconciler_ambiguous_payouts", "reconciler_exception_total", "grant_rejected_total"} {

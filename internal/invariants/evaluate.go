@@ -23,7 +23,7 @@ type Options struct {
 	// NOT_PRESENTED a violation: the run waited for every payout to settle.
 	RequireSettled bool
 	// Reconciled says a reconciler made its final pass after the settle window
-	// (C6): invariant 7 is judged.
+	// (docs/contracts/reconciliation.md): invariant 7 is judged.
 	Reconciled bool
 	// IssuedRecorded says History.Issued holds every token lock-server handed
 	// out: invariant 6 then judges lockdb's tokens too.
@@ -607,7 +607,7 @@ func (e *evaluation) unsettled() {
 	}
 }
 
-// fencingSwitch: with fencing off the gate must admit every token (C3 #ct3-railproxy
+// fencingSwitch: with fencing off the gate must admit every token (docs/contracts/rail-proxy.md
 // fencing switch); a FENCED row means the switch did not bypass the check.
 func (e *evaluation) fencingSwitch() {
 	if e.opts.FencingEnabled {

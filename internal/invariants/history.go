@@ -29,7 +29,7 @@ type History struct {
 	// forgot: only what was handed out can.
 	Issued []IssuedToken
 
-	// The reconciler's records (C6), judged against Calls: its copy of the
+	// The reconciler's records (docs/contracts/reconciliation.md), judged against Calls: its copy of the
 	// statement, its exceptions and its cursor (nil when no reconciler ever ran),
 	// and payment-resource's record of each settle.
 	StatementLines []StatementLine // rail_statement_line
@@ -61,7 +61,7 @@ type Submission struct {
 const Unresolved = ""
 
 // Admitted reports whether the attempt passed the fence and became an intent
-// (C1: outcome NULL, ACKED, REJECTED, TIMEOUT or UNSENT).
+// (docs/contracts/database.md: outcome NULL, ACKED, REJECTED, TIMEOUT or UNSENT).
 func (s Submission) Admitted() bool {
 	switch s.Outcome {
 	case Unresolved, "ACKED", "REJECTED", "TIMEOUT", "UNSENT":

@@ -137,7 +137,7 @@ func query[T any](ctx context.Context, pool *pgxpool.Pool, table, sql string, sc
 }
 
 // loadReconciliation reads the reconciler's tables and payment-resource's
-// settlement records (C6).
+// settlement records (docs/contracts/reconciliation.md).
 func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) error {
 	var err error
 	h.StatementLines, err = query(ctx, paydb, "rail_statement_line", selectStatementLines, func(r pgx.CollectableRow) (StatementLine, error) {

@@ -53,7 +53,7 @@ type Report struct {
 	RailCalls      CallCounts       `json:"railCalls"`
 	Submissions    SubmissionCounts `json:"submissions"`
 	Money          []Money          `json:"money"` // one per currency, by code
-	// Reconciliation is what the reconciler settled and recorded (C6); nil when
+	// Reconciliation is what the reconciler settled and recorded (docs/contracts/reconciliation.md); nil when
 	// the run had no reconciler.
 	Reconciliation *Reconciliation `json:"reconciliation,omitempty"`
 
@@ -88,7 +88,7 @@ type CallCounts struct {
 	References int `json:"references"` // distinct payout ids presented
 }
 
-// SubmissionCounts counts rail_submission rows by outcome. Admitted is C1's word:
+// SubmissionCounts counts rail_submission rows by outcome. Admitted is the word of docs/contracts/database.md:
 // NULL, ACKED, REJECTED, TIMEOUT or UNSENT.
 type SubmissionCounts struct {
 	Total      int `json:"total"`

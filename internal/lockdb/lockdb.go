@@ -1,4 +1,4 @@
-// Package lockdb embeds lock-server's migration tree: lock_lease and lock_grant (C1).
+// Package lockdb embeds lock-server's migration tree: lock_lease and lock_grant (docs/contracts/database.md).
 package lockdb
 
 import (

@@ -1,5 +1,5 @@
 // Package logcapture collects a service's JSON log lines in memory so tests can
-// assert on the events C4 pins.
+// assert on the events docs/contracts/observability.md pins.
 package logcapture
 
 import (

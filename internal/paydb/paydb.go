@@ -1,6 +1,6 @@
 // Package paydb embeds paydb's one migration tree: rail-proxy's rail_high_water
-// and rail_submission, payment-resource's payout and ledger_entry (C1), the
-// reconciler's statement copy, exceptions and cursor (C6). Each of the three
+// and rail_submission, payment-resource's payout and ledger_entry (docs/contracts/database.md), the
+// reconciler's statement copy, exceptions and cursor (docs/contracts/reconciliation.md). Each of the three
 // services' `migrate` applies the whole tree.
 package paydb
 

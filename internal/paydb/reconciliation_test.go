@@ -13,7 +13,7 @@ import (
 	"lock.dev/internal/pgtest"
 )
 
-// A paydb that holds payouts from before C6 (version 2) migrates forward: every
+// A paydb that holds payouts from before reconciliation (version 2) migrates forward: every
 // row keeps its status, the three reconciliation tables appear, NOT_PRESENTED is
 // admitted and any other unknown status is still refused.
 func TestReconciliationMigratesAnExistingPaydbForward(t *testing.T) {

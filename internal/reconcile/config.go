@@ -1,4 +1,4 @@
-// Package reconcile is the reconciler (C6 #ct6-reconciler): it reads the rail's
+// Package reconcile is the reconciler (docs/contracts/reconciliation.md): it reads the rail's
 // statement through rail-proxy, keeps a durable copy of it in paydb, settles every
 // AMBIGUOUS payout from it through payment-resource — PAID, DECLINED or
 // NOT_PRESENTED — and records every disagreement between the statement and the
@@ -38,7 +38,7 @@ const (
 	shortSettleWindow = time.Minute
 )
 
-// Config is every reconciler setting of C6 #ct6-reconciler and C5, plus the
+// Config is every reconciler setting of docs/contracts/reconciliation.md and docs/contracts/configuration.md, plus the
 // in-process hooks every service has.
 type Config struct {
 	Addr          string // RECONCILER_ADDR
@@ -58,7 +58,7 @@ type Config struct {
 	LogOutput io.Writer    // nil means os.Stdout
 }
 
-// DefaultConfig is the configuration with every default of C5 and C6.
+// DefaultConfig is the configuration with every default of docs/contracts/configuration.md and docs/contracts/reconciliation.md.
 func DefaultConfig() Config {
 	return Config{
 		Addr:               ":8086",

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The exception kinds (C6 #ct6-tables), as recorded; metric labels are lower case.
+// The exception kinds (docs/contracts/reconciliation.md), as recorded; metric labels are lower case.
 const (
 	KindPresentedTwice        = "PRESENTED_TWICE"
 	KindAmountMismatch        = "AMOUNT_MISMATCH"
@@ -36,8 +36,8 @@ const (
 
 var passResults = []string{passCompleted, passFailed, passSkipped}
 
-// metrics are the reconciler's series (C6 #ct6-reconciler), in its own registry,
-// every counter zero-initialised over its closed set (C4 #ct4-zero).
+// metrics are the reconciler's series (docs/contracts/reconciliation.md), in its own registry,
+// every counter zero-initialised over its closed set (docs/contracts/observability.md).
 type metrics struct {
 	linesImported prometheus.Counter
 	settled       *prometheus.CounterVec

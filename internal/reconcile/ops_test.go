@@ -23,7 +23,7 @@ const goodToken = "reconciler-token-0123456789abcdef"
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// Settings: every C6 variable with its default, env and equal flags (flag wins),
+// Settings: every variable (docs/contracts/reconciliation.md) with its default, env and equal flags (flag wins),
 // --help lists them all, and a bad setting is a one-line usage error naming it —
 // never quoting the token. serve needs the token; migrate does not.
 func TestParseConfig(t *testing.T) {
@@ -117,7 +117,7 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 		}
 	}
 	// The test cluster runs with fsync off: refused without UNSAFE_NON_DURABLE_DB
-	// (C5), served with it.
+	// (docs/contracts/configuration.md), served with it.
 	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	}
 }
 
-// /metrics has every C6 series from start-up, zero-initialised over its closed
+// /metrics has every series (docs/contracts/reconciliation.md) from start-up, zero-initialised over its closed
 // sets; /readyz reports db and railProxy, and is 503 when rail-proxy is gone.
 func TestMetricsAndReadiness(t *testing.T) {
 	t.Parallel()

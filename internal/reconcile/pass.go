@@ -50,7 +50,7 @@ func (r PassReport) SettledTo(status string) int {
 	return n
 }
 
-// pass runs one pass (C6 #ct6-reconciler), top to bottom.
+// pass runs one pass (docs/contracts/reconciliation.md), top to bottom.
 func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 	rep = PassReport{Settled: map[string]string{}, Exceptions: map[string]int{}}
 
@@ -138,7 +138,7 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 	rep.Ambiguous = left
 	r.metrics.ambiguous.Set(float64(left))
 
-	// Not a step of C6's pass, but paydb ground truth only this process looks at
+	// Not a step of the pass of docs/contracts/reconciliation.md, but paydb ground truth only this process looks at
 	// while every rail-proxy may be down: intents no janitor has resolved long
 	// after they were due.
 	overdue, err := ss.countOverdue(ctx)
@@ -170,7 +170,7 @@ func (r *reconciler) settleAmbiguous(ctx context.Context, ss *session, rep *Pass
 	}
 }
 
-// settleOne applies C6's rules to one AMBIGUOUS payout, in their order.
+// settleOne applies the rules of docs/contracts/reconciliation.md to one AMBIGUOUS payout, in their order.
 func (r *reconciler) settleOne(ctx context.Context, ss *session, c candidate, rep *PassReport) error {
 	// A line of this payout could not be copied (UNSTORABLE_LINE, recorded at
 	// its import): what it says — money moved, or declined — is unreadable, so

@@ -22,7 +22,7 @@ const pageLimit = 1000
 // of 1000 lines is about 300 KiB.
 const maxReply = 8 << 20
 
-// statementClient reads the rail's statement through rail-proxy (C6
+// statementClient reads the rail's statement through rail-proxy (docs/contracts/reconciliation.md
 // #ct6-statement). A GET moves no money: a failed read is retried by the next
 // pass.
 type statementClient struct {

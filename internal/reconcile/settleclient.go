@@ -13,7 +13,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// settleClient posts settles to payment-resource (C6 #ct6-settle) with the bearer
+// settleClient posts settles to payment-resource (docs/contracts/reconciliation.md) with the bearer
 // token. A settle is idempotent at the server (an identical repeat changes
 // nothing), so the transport resending one it never wrote is harmless.
 type settleClient struct {

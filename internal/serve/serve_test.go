@@ -142,7 +142,7 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-// Issue 8, item 5: readiness says DOWN without the check's error (it names hosts,
+// Readiness says DOWN without the check's error (it names hosts,
 // users, databases); the reason goes to the log, redacted, once per change.
 func TestReadinessDetailsGoToTheLog(t *testing.T) {
 	t.Parallel()

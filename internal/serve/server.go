@@ -22,7 +22,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// NewLogger is the C4 logger: one JSON object per line, every line with service.
+// NewLogger is the logger (docs/contracts/observability.md): one JSON object per line, every line with service.
 func NewLogger(w io.Writer, service, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -43,7 +43,7 @@ func NewRegistry() *prometheus.Registry {
 // Check reports a component's health; nil is UP.
 type Check func(ctx context.Context) error
 
-// Health serves liveness and readiness (C4 #ct4-health).
+// Health serves liveness and readiness (docs/contracts/observability.md).
 //
 // A component's detail in the answer says only UP or DOWN: readiness is served to
 // anyone who can reach the port, and a check's error names hosts, users and
@@ -180,7 +180,7 @@ func writeHealth(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// Mount adds the health and metrics endpoints every service has (C4).
+// Mount adds the health and metrics endpoints every service has (docs/contracts/observability.md).
 func Mount(mux *http.ServeMux, h *Health, reg *prometheus.Registry) {
 	for _, p := range []string{"/livez", "/actuator/health/liveness"} {
 		mux.HandleFunc("GET "+p, h.live)
@@ -272,7 +272,7 @@ func logRefused(logger *slog.Logger, r *http.Request, pattern string, p *lockapi
 	}
 }
 
-// Server timeouts (C3 #ct3-timeouts): headers within 5 s, the body within a further
+// Server timeouts (docs/contracts/rail-proxy.md): headers within 5 s, the body within a further
 // 10 s, idle connections closed after 60 s.
 const (
 	ReadHeaderTimeout = 5 * time.Second

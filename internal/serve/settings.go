@@ -1,6 +1,6 @@
 // Package serve is how every lock.dev service runs: settings from environment
-// variables and equal flags (C5 #ct5-config), the JSON logger, metrics and health
-// endpoints (C4), problem+json for unknown routes, and a graceful HTTP server.
+// variables and equal flags (docs/contracts/configuration.md), the JSON logger, metrics and health
+// endpoints (docs/contracts/observability.md), problem+json for unknown routes, and a graceful HTTP server.
 package serve
 
 import (
@@ -21,7 +21,7 @@ import (
 var ErrHelp = errors.New("help requested")
 
 // ErrVersion is returned by Parse when --version was asked for; the version has
-// been written to stdout and the process should exit 0 (C5 #ct5-binaries).
+// been written to stdout and the process should exit 0 (docs/contracts/configuration.md).
 var ErrVersion = errors.New("version requested")
 
 // UsageError is a bad setting: the process exits 2 with its one-line message.

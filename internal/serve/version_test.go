@@ -9,7 +9,7 @@ import (
 
 // --version answers before any setting is read: a bad environment variable does
 // not stop it, it prints one line, and ExitCode makes it exit 0 with nothing on
-// stderr (C5 #ct5-binaries).
+// stderr (docs/contracts/configuration.md).
 func TestSettingsVersion(t *testing.T) {
 	env := map[string]string{"RAIL_READ_TIMEOUT": "not-a-duration"}
 	s := NewSettings("x", func(k string) string { return env[k] })

@@ -19,7 +19,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Issue 9, acceptance 1: failover under load. Executors whose workers freeze past
+// Failover under load. Executors whose workers freeze past
 // their lease work payouts through rail-proxy on paydb and lockdb of a primary
 // with a synchronous standby. Mid-run the standby is held until a COMMIT waits for
 // it — a commit in flight, neither acknowledged nor refused — and then the primary
@@ -66,7 +66,7 @@ func TestFailoverSynchronousKeepsEveryInvariant(t *testing.T) {
 		run.f.PromotedAt.Sub(run.f.KilledAt).Round(time.Millisecond))
 }
 
-// Issue 9, acceptance 2: the same scenario with asynchronous replication. While
+// The same scenario with asynchronous replication. While
 // the standby is held, payouts are created and one of them reaches the rail;
 // then the primary is killed and the standby promoted: those commits (the payout,
 // its intent row and mark, the grant of its lease) never reached the standby.
@@ -115,7 +115,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		Tap:        true,
 		Log:        logs,
 		Env: map[string]map[string]string{
-			// The shortest interrupted-intent age C3 allows for these timeouts, so
+			// The shortest interrupted-intent age docs/contracts/rail-proxy.md allows for these timeouts, so
 			// intents the failover left unresolved settle within the test.
 			"rail-proxy": {"RAIL_READ_TIMEOUT": "300ms", "RAIL_CONNECT_TIMEOUT": "200ms", "RAIL_PROXY_INTERRUPTED_AFTER": "6500ms"},
 			"rail-stub":  {"RAIL_STUB_SEED": "9", "RAIL_STUB_LATENCY_MS": "20", "RAIL_STUB_DECLINE_RATE": "0.1"},

@@ -14,7 +14,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Issue 8, item 10: a body over 64 KiB always gets its 413 problem document, at
+// A body over 64 KiB always gets its 413 problem document, at
 // every endpoint that reads a JSON body through lockapi, in every service. Each
 // request is sent as most clients send one — the whole request written, then the
 // answer read — 50 times each at 70 KiB and at 1 MiB, and a few times without a

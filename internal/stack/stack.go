@@ -1,7 +1,7 @@
 // Package stack runs the whole lock.dev system on one machine for tests and
 // lockdemo: a throwaway PostgreSQL (or given databases), migrated, and lock-server,
 // payment-resource, rail-stub and rail-proxy on free loopback ports. Services are
-// configured through their C5 environment variables, exactly as an operator would.
+// configured through their environment variables (docs/contracts/configuration.md), exactly as an operator would.
 //
 // rail-proxy can run as a child process so that it can be crashed (SIGKILL: no
 // drain, no resolving writes) and restarted on the same port. A program that uses
@@ -57,7 +57,7 @@ type Options struct {
 	// which record every token lock-server answers an acquire with and every
 	// answer's status, for the invariant checker and a failover's report.
 	Tap bool
-	// Env adds or overrides settings (C5 variable names) per service:
+	// Env adds or overrides settings (the variable names of docs/contracts/configuration.md) per service:
 	// "rail-proxy", "rail-stub", "lock-server", "payment-resource", "reconciler".
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
@@ -234,7 +234,7 @@ func (s *Stack) databases(ctx context.Context) error {
 }
 
 // withUnsafe adds UNSAFE_NON_DURABLE_DB=true to base when db has fsync off: the
-// services refuse such a database otherwise (C5).
+// services refuse such a database otherwise (docs/contracts/configuration.md).
 func (s *Stack) withUnsafe(db string, base map[string]string) map[string]string {
 	maps.Copy(base, s.unsafe[db])
 	return base

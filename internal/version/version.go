@@ -4,7 +4,7 @@
 //	go build -ldflags "-X lock.dev/internal/version.version=1.4.0" ./cmd/...
 //
 // (the Dockerfile passes its VERSION build argument this way). A binary built
-// without it, `go run` and `go test` included, is "dev" (C5 #ct5-binaries).
+// without it, `go run` and `go test` included, is "dev" (docs/contracts/configuration.md).
 package version
 
 import "strings"
