@@ -1,20 +1,31 @@
 package railproxy
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"lock.dev/lockapi"
 )
+
+// This file is the rail call: railClient.Pay presents one payment to the rail,
+// once (step 4 of the admission, admission.go). The rest of it is what Pay is
+// made of — the payment hop on fasthttp and its one round trip — and the rail's
+// two GET endpoints (health, and the statement's transport), which move no money.
 
 // RailResult is what one call to the rail came to.
 type RailResult int
@@ -75,26 +86,43 @@ type railReply struct {
 const maxRailReply = 64 << 10
 
 var (
-	errReadTimeout  = errors.New("read timeout: no whole reply within RAIL_READ_TIMEOUT of the request being written")
-	errConnectBound = errors.New("connect timeout: no connection obtained and request written within RAIL_CONNECT_TIMEOUT")
-	errBodyRewind   = errors.New("rail request must not be rewindable")
+	errReadTimeout   = errors.New("read timeout: no whole reply within RAIL_READ_TIMEOUT of the request being written")
+	errConnectBound  = errors.New("connect timeout: no connection obtained and request written within RAIL_CONNECT_TIMEOUT")
+	errReplyTooLarge = fmt.Errorf("rail reply exceeds %d bytes", maxRailReply)
 )
 
 // railClient forwards payments to the rail: POST only, one attempt, no retry.
 //
-// The payment hop runs on fasthttp (fastrail.go): fasthttp's HostClient keeps the
-// pool of connections, dials through our hook and frames HTTP/1.1 (Request.Write,
-// Response.ReadLimitBody); the one round trip per payment is ours, so there is no
-// retry loop anywhere on the path — not even one a setting could turn on — and the
-// proxy knows exactly whether a connection was obtained (UNSENT) and whether it was
-// a reused one. It costs no goroutine per call (net/http's transport runs two per
-// connection) and its buffers are pooled between calls.
+// The payment hop runs on fasthttp: fasthttp.HostClient keeps the pool of
+// connections, dials through our hook (newRailHop) and lends its pooled buffers;
+// Request.Write and Response.ReadLimitBody frame HTTP/1.1. The round trip itself
+// (roundTrip) is written out here, with fasthttp's exported parts, instead of
+// going through HostClient.Do, for three reasons that docs/contracts/rail-proxy.md
+// ("The rail call") guarantees:
+//
+//   - Exactly one forward. HostClient.Do is a retry loop (for a POST it stops
+//     after one attempt unless a RetryIf says otherwise); roundTrip has no loop
+//     around the request at all. The only thing ever repeated is taking a
+//     connection from the pool — before a byte is written, when the one taken has
+//     been idle longer than RAIL_IDLE_CONN_TIMEOUT and is closed unused.
+//   - UNSENT only when no connection was obtained: AcquireConn failing (the dial
+//     failed or ran out of RAIL_CONNECT_TIMEOUT) is the one UNSENT path. From the
+//     moment a connection is held, every failure is ambiguous.
+//   - Two bounds, one after the other: obtaining the connection and writing the
+//     request within RAIL_CONNECT_TIMEOUT of the call's start (the dial's own
+//     bound, then the write deadline); from the request written, the whole reply
+//     within RAIL_READ_TIMEOUT (one read deadline for headers and body).
+//
+// The hop's retry settings are still set to "never" (MaxIdemponentCallAttempts 1,
+// RetryIfErr false), so that nobody who calls HostClient.Do on it gets a retry by
+// default. It costs no goroutine per call and its buffers are pooled between
+// calls.
 //
 // Reuse has one cost no client can remove: a pooled connection the rail closes
 // just as a request is written turns a payment the rail never read into an
 // ambiguous one (TIMEOUT). Idle connections are therefore dropped after
 // RAIL_IDLE_CONN_TIMEOUT, chosen below the rail's own idle timeout, and 0 turns
-// reuse off altogether.
+// reuse off altogether (TestRailIdleConnTimeout).
 //
 // The health probe and the statement reads (GET, no money moves) stay on
 // net/http (newRailTransport).
@@ -125,6 +153,371 @@ func newRailClient(cfg Config) *railClient {
 	}
 }
 
+// Pay presents one payment to the rail, once, and says what became of it.
+//
+// UNSENT is decided by whether a connection was obtained, never by an error's
+// text: no connection means no byte of the request left the proxy. Once a
+// connection was obtained, every failure is ambiguous — the request may have
+// been written, and the rail may have moved money.
+//
+// ctx may end the call sooner than its two bounds; it never makes it longer and
+// never makes it happen twice. A ctx done before the call opens no connection
+// (UNSENT). Once a connection is held, ctx's end — its deadline or its
+// cancellation — ends the call as a bound does: ambiguous, cause timeout or
+// interrupted, the row TIMEOUT, never retried. The dial itself is bounded by
+// RAIL_CONNECT_TIMEOUT alone (the pool's dial hook has no per-call context); a
+// ctx that ends during it ends the call as soon as the connection is held. The
+// admitter passes a context that is never done — the caller's cancellation never
+// aborts a rail call (Submit) — and for such a context Pay asks it nothing but
+// Done (TestPayHonoursItsContext).
+func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
+	start := time.Now()
+	done := func(rc RailCall) RailCall {
+		rc.Elapsed = time.Since(start)
+		return rc
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		// Nothing was attempted.
+		return done(RailCall{Result: RailUnsent, Err: fmt.Errorf("encoding rail payment: %w", err)})
+	}
+	// The request is released once written and the response taken once the
+	// reply has begun (roundTrip): a call waiting for the rail holds neither.
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI(c.paymentsURL)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json")
+	req.SetBodyRaw(body)
+
+	resp, st, err := c.roundTrip(ctx, req, start)
+	if resp != nil {
+		defer fasthttp.ReleaseResponse(resp)
+	}
+	switch {
+	case err == nil:
+	case !st.gotConn:
+		return done(RailCall{Result: RailUnsent, Err: err})
+	case errors.Is(err, errReplyTooLarge):
+		return done(RailCall{Result: RailAmbiguous, Cause: CauseBadResponse, Err: err})
+	default:
+		cause := CauseConnectionDropped
+		switch {
+		case errors.Is(err, errReadTimeout) || errors.Is(err, errConnectBound) || errors.Is(err, context.DeadlineExceeded):
+			cause = CauseTimeout
+		case errors.Is(err, context.Canceled):
+			cause = CauseInterrupted
+		}
+		return done(RailCall{Result: RailAmbiguous, Cause: cause, Err: err,
+			StaleConn: st.reused && !st.replyByte})
+	}
+
+	status := resp.StatusCode()
+	var r railReply
+	bad := func(why string) RailCall {
+		return done(RailCall{Result: RailAmbiguous, Cause: CauseBadResponse,
+			Err: fmt.Errorf("rail answered %d: %s", status, why)})
+	}
+	if err := json.Unmarshal(resp.Body(), &r); err != nil {
+		return bad("reply is not JSON")
+	}
+	switch {
+	case status == http.StatusOK && r.Status == "ACCEPTED" && r.RailReference != "":
+		// An accept whose reference paydb cannot store and show as it is would
+		// be answered 200 and then recorded as something else (or not at all):
+		// it is no well-formed accept (docs/contracts/rail-proxy.md).
+		if p := lockapi.StorableTextProblem(r.RailReference, lockapi.MaxRailReferenceLen); p != "" {
+			return bad("railReference " + p)
+		}
+		return done(RailCall{Result: RailAccepted, RailReference: r.RailReference})
+	case status == http.StatusUnprocessableEntity && r.Status == "DECLINED":
+		// A decline is a decline with or without its reason; the row records
+		// that none was given rather than a NULL that reads like a lost one.
+		reason := DeclineUnspecified
+		if r.Reason != nil && *r.Reason != "" {
+			// The same for a decline: its reason is recorded and answered as
+			// given, or the decline is no well-formed one.
+			if p := lockapi.StorableTextProblem(*r.Reason, lockapi.MaxDeclineReasonLen); p != "" {
+				return bad("reason " + p)
+			}
+			reason = *r.Reason
+		}
+		return done(RailCall{Result: RailDeclined, DeclineReason: &reason})
+	case status == http.StatusOK:
+		return bad("not a well-formed accept")
+	case status == http.StatusUnprocessableEntity:
+		return bad("not a well-formed decline")
+	default:
+		return bad("unexpected status")
+	}
+}
+
+// hopState is what a round trip came to, besides its error (which wraps
+// errConnectBound or errReadTimeout when a deadline ended it): whether a
+// connection was obtained, whether it was a reused one, and whether any byte of
+// the reply arrived.
+type hopState struct {
+	gotConn   bool
+	reused    bool
+	replyByte bool
+}
+
+// roundTrip sends req once on one connection and reads the reply into a
+// response it acquires once the reply has begun, which the caller releases
+// (nil when no reply was read). It takes req and releases it once written.
+// ctx ends it early as Pay says; a ctx that is never done costs one call of
+// its Done.
+func (c *railClient) roundTrip(ctx context.Context, req *fasthttp.Request, start time.Time) (*fasthttp.Response, hopState, error) {
+	var st hopState
+	reqHeld := true
+	defer func() {
+		if reqHeld {
+			fasthttp.ReleaseRequest(req)
+		}
+	}()
+	if c.hop == nil {
+		return nil, st, errors.New("rail client not configured")
+	}
+	endable := ctx.Done() != nil
+	if endable {
+		if err := ctx.Err(); err != nil {
+			// No connection taken: nothing left the proxy.
+			return nil, st, fmt.Errorf("rail call not started: %w", err)
+		}
+	}
+	noReuse := c.idleTimeout == 0
+	phaseOne := start.Add(c.connectTimeout)
+	// Taking a connection writes nothing. A pooled one idle for longer than
+	// RAIL_IDLE_CONN_TIMEOUT (the pool's cleaner runs on its own clock) is closed
+	// unused and another taken: the rail may be closing it right now.
+	cc, err := c.hop.AcquireConn(c.connectTimeout, noReuse)
+	for err == nil && !cc.LastUseTime().IsZero() && time.Since(cc.LastUseTime()) > c.idleTimeout {
+		c.hop.CloseConn(cc)
+		cc, err = c.hop.AcquireConn(time.Until(phaseOne), noReuse)
+	}
+	if err != nil {
+		// No connection: nothing left the proxy.
+		if time.Now().After(phaseOne) {
+			err = fmt.Errorf("%w (%v)", errConnectBound, err)
+		}
+		return nil, st, err
+	}
+	st.gotConn = true
+	// A connection fresh from the dial has never been put back into the pool:
+	// it has no last use.
+	st.reused = !cc.LastUseTime().IsZero()
+	conn := cc.Conn()
+	// phase is the bound of the phase the call is in: a deadline that fires is
+	// that bound, or ctx's end when ctx has ended.
+	phase := errConnectBound
+	fail := func(err error) (*fasthttp.Response, hopState, error) {
+		c.hop.CloseConn(cc)
+		var te interface{ Timeout() bool }
+		if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &te) && te.Timeout()) {
+			bound := phase
+			if endable && ctx.Err() != nil {
+				bound = ctx.Err()
+			}
+			err = fmt.Errorf("%w (%v)", bound, err)
+		}
+		return nil, st, err
+	}
+	// ctx's end moves the connection's deadlines to the past, so that the write
+	// or read in progress fails as a bound would. context.AfterFunc does that
+	// once; a deadline set below after ctx has ended is therefore moved to the
+	// past again at once.
+	var stop func() bool
+	if endable {
+		stop = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(pastDeadline) })
+		defer stop()
+	}
+
+	// Phase one, continued: the request written before RAIL_CONNECT_TIMEOUT
+	// from the start, or the call ends (ambiguous: part of it may be out).
+	if err := conn.SetWriteDeadline(phaseOne); err != nil {
+		return fail(err)
+	}
+	if endable && ctx.Err() != nil {
+		_ = conn.SetDeadline(pastDeadline)
+	}
+	if noReuse {
+		req.SetConnectionClose()
+	}
+	bw := c.hop.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	c.hop.ReleaseWriter(bw)
+	fasthttp.ReleaseRequest(req)
+	reqHeld = false
+	if err != nil {
+		return fail(err)
+	}
+
+	// Phase two: from the request written, the whole reply within
+	// RAIL_READ_TIMEOUT.
+	phase = errReadTimeout
+	if err := conn.SetReadDeadline(time.Now().Add(c.readTimeout)); err != nil {
+		return fail(err)
+	}
+	if endable && ctx.Err() != nil {
+		_ = conn.SetDeadline(pastDeadline)
+	}
+	// The first byte of the reply is waited for with no buffer held (a call
+	// spends nearly all its life here, and a pooled reader held for that wait
+	// is held once per call in flight); the pooled reader is taken once the reply
+	// has begun.
+	first := &firstByteConn{conn: conn}
+	if _, err := conn.Read(first.b[:]); err != nil {
+		return fail(err)
+	}
+	st.replyByte = true
+	first.has = true
+	br := acquireHopReader(first)
+	defer releaseHopReader(br)
+	resp := fasthttp.AcquireResponse()
+	if err := resp.ReadLimitBody(br, maxRailReply); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			c.hop.CloseConn(cc)
+			return nil, st, errReplyTooLarge
+		}
+		return fail(err)
+	}
+	// A connection whose deadlines ctx's end may be moving right now is not
+	// handed on to another call.
+	if noReuse || resp.ConnectionClose() || br.Buffered() > 0 || first.has || (endable && !stop()) {
+		// Bytes beyond the reply are not ours to keep on a connection.
+		c.hop.CloseConn(cc)
+	} else {
+		c.hop.ReleaseConn(cc)
+	}
+	return resp, st, nil
+}
+
+// pastDeadline is a deadline already passed: set on a connection, it fails the
+// read or write in progress at once.
+var pastDeadline = time.Unix(1, 0)
+
+// firstByteConn reads the byte already taken off conn, then conn.
+type firstByteConn struct {
+	conn net.Conn
+	b    [1]byte
+	has  bool
+}
+
+func (f *firstByteConn) Read(p []byte) (int, error) {
+	if f.has && len(p) > 0 {
+		f.has = false
+		p[0] = f.b[0]
+		return 1, nil
+	}
+	return f.conn.Read(p)
+}
+
+var hopReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, railHopBuffer) }}
+
+func acquireHopReader(r io.Reader) *bufio.Reader {
+	br := hopReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func releaseHopReader(br *bufio.Reader) {
+	br.Reset(nil)
+	hopReaders.Put(br)
+}
+
+// railHopBuffer is the size of a connection's pooled read and write buffers:
+// the rail's reply headers must fit in it (4 KiB, fasthttp's default).
+const railHopBuffer = 4 << 10
+
+// newRailHop builds the HostClient of the payment hop from the settings.
+func newRailHop(cfg Config) *fasthttp.HostClient {
+	u, err := url.Parse(cfg.RailBaseURL)
+	if err != nil || u.Host == "" {
+		// Config.Validate refuses such a URL; a zero client fails every call UNSENT.
+		u = &url.URL{Scheme: "http", Host: "rail.invalid"}
+	}
+	isTLS := u.Scheme == "https"
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if isTLS {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	dial := cfg.RailDial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: cfg.RailConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	connect := cfg.RailConnectTimeout
+	serverName := u.Hostname()
+	idle := cfg.RailIdleConnTimeout
+	if idle <= 0 {
+		idle = time.Second // unused: with reuse off every connection is closed after its call
+	}
+	return &fasthttp.HostClient{
+		Addr:  addr,
+		IsTLS: isTLS,
+		// The dial, TLS handshake included, is part of obtaining the connection:
+		// bounded by RAIL_CONNECT_TIMEOUT. A dial error here is what UNSENT is.
+		//
+		// It runs on a goroutine of its own, which ends with it. The dial is the
+		// deepest call a submission makes (net's dialer, then connect), and on
+		// the submission's goroutine it grew that goroutine's stack from 8 to
+		// 16 KiB for good — kept while the goroutine waits for the rail, 2,000
+		// times over in the bench's burst of new accounts.
+		Dial: func(addr string) (net.Conn, error) {
+			done := make(chan dialed, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), connect)
+				defer cancel()
+				c, err := dialHop(ctx, dial, addr, isTLS, serverName)
+				done <- dialed{c, err}
+			}()
+			d := <-done
+			return d.conn, d.err
+		},
+		// Unbounded like net/http's transport: a call never waits for another's
+		// connection (a wait would be UNSENT time spent for nothing).
+		MaxConns:                  math.MaxInt32,
+		MaxIdleConnDuration:       idle,
+		MaxIdemponentCallAttempts: 1,
+		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		ReadBufferSize:            railHopBuffer,
+		WriteBufferSize:           railHopBuffer,
+		MaxResponseBodySize:       maxRailReply,
+		NoDefaultUserAgentHeader:  true,
+		ConnPoolStrategy:          fasthttp.LIFO, // the most recently used connection: the least likely to be stale
+	}
+}
+
+// dialed is what a dial on its own goroutine came to.
+type dialed struct {
+	conn net.Conn
+	err  error
+}
+
+// dialHop opens one connection to the rail, with its TLS handshake when isTLS.
+func dialHop(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, isTLS bool, serverName string) (net.Conn, error) {
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !isTLS {
+		return conn, nil
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
 // newRailTransport is the net/http transport of the rail's GET endpoints (health,
 // statement). A GET moves no money; still, nothing is retried on purpose.
 func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
@@ -146,40 +539,6 @@ func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
 		WriteBufferSize:     2 << 10,
 		ReadBufferSize:      2 << 10,
 	}
-}
-
-// The Go transport hazard (docs/contracts/rail-proxy.md): net/http silently resends a request on a reused
-// connection that the server closed when it deems the request replayable — an
-// idempotent method, or an Idempotency-Key / X-Idempotency-Key header on a
-// request whose body can be re-read (GetBody set, which http.NewRequest does for
-// in-memory bodies). newRailRequest is the net/http form of the rail request,
-// built so that none of that can apply (a POST, neither header, a body wrapper
-// http.NewRequest does not recognise); the payment hop itself no longer goes
-// through net/http (fastrail.go), and has no retry path at all.
-
-// onceReader hides the *bytes.Reader from http.NewRequest, which would otherwise
-// set GetBody and make the request rewindable.
-type onceReader struct{ r io.Reader }
-
-func (o onceReader) Read(p []byte) (int, error) { return o.r.Read(p) }
-
-func (c *railClient) newRailRequest(ctx context.Context, p railPayment) (*http.Request, error) {
-	body, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("encoding rail payment: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.paymentsURL, onceReader{bytes.NewReader(body)})
-	if err != nil {
-		return nil, fmt.Errorf("building rail request: %w", err)
-	}
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	if req.GetBody != nil || req.Method != http.MethodPost ||
-		req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != "" {
-		return nil, errBodyRewind
-	}
-	return req, nil
 }
 
 // Healthy is the railStub readiness check: GET {RAIL_BASE_URL}/rail/v1/health

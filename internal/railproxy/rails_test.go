@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,25 +266,6 @@ func TestKeptAliveConnectionClosedIsNeverReplayed(t *testing.T) {
 			t.Fatalf("rail_reused_conn_failure_total = %v, want 1", v)
 		}
 	})
-}
-
-// The rail request is never rewindable and never carries an idempotency header,
-// whatever the caller sent the proxy.
-func TestRailRequestIsNotReplayable(t *testing.T) {
-	t.Parallel()
-	c := newRailClient(Config{RailBaseURL: "http://127.0.0.1:1", RailConnectTimeout: time.Second, RailReadTimeout: time.Second})
-	req, err := c.newRailRequest(context.Background(), railPayment{Reference: "p", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if req.GetBody != nil || req.Method != http.MethodPost || req.ContentLength <= 0 {
-		t.Fatalf("request: GetBody set %v, method %s, length %d", req.GetBody != nil, req.Method, req.ContentLength)
-	}
-	for k := range req.Header {
-		if strings.Contains(strings.ToLower(k), "idempotency") {
-			t.Fatalf("header %s sent to the rail", k)
-		}
-	}
 }
 
 // Replies that are neither a well-formed accept nor a well-formed decline are

@@ -308,17 +308,6 @@ func (s *Stack) CrashProxy(ctx context.Context) error {
 	return s.startProxy(ctx)
 }
 
-// RestartProxy stops rail-proxy gracefully and starts it again.
-func (s *Stack) RestartProxy(ctx context.Context) error {
-	s.mu.Lock()
-	p := s.proxy
-	s.mu.Unlock()
-	if err := p.stop(); err != nil {
-		return err
-	}
-	return s.startProxy(ctx)
-}
-
 // Close stops every service, closes the pools and removes a throwaway cluster.
 func (s *Stack) Close() error {
 	var errs []error

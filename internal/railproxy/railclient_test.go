@@ -198,3 +198,78 @@ func TestRailHop(t *testing.T) {
 		}
 	})
 }
+
+// Pay's context can end a call sooner than its bounds, and never makes it happen
+// twice: a context done before the call opens no connection (UNSENT); one
+// cancelled while the rail holds the request ends the call ambiguous
+// (interrupted), and one whose deadline passes first ends it ambiguous
+// (timeout) — each over exactly one connection. The read bound is one the test
+// never reaches, so only the context can end these calls.
+func TestPayHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	payment := railPayment{Reference: "c-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}
+	// holdingRaw is a rail that reads each request, says so on got, and answers
+	// nothing until the test ends.
+	holdingRaw := func(t *testing.T) (*railClient, *rawRail, <-chan struct{}) {
+		got := make(chan struct{}, 4)
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		rail := newRawRail(t, func(conn net.Conn) {
+			if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
+				return
+			}
+			got <- struct{}{}
+			<-release
+		})
+		cfg := hopConfig(rail.URL)
+		cfg.RailReadTimeout = 10 * time.Minute
+		c := newRailClient(cfg)
+		t.Cleanup(c.close)
+		return c, rail, got
+	}
+
+	t.Run("a context done before the call opens no connection", func(t *testing.T) {
+		t.Parallel()
+		c, rail, _ := holdingRaw(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if rc := c.Pay(ctx, payment); rc.Result != RailUnsent || !errors.Is(rc.Err, context.Canceled) {
+			t.Fatalf("answer: %+v", rc)
+		}
+		if n := rail.connCount(); n != 0 {
+			t.Fatalf("the rail accepted %d connections, want none", n)
+		}
+	})
+
+	t.Run("a cancellation while the rail holds the request is ambiguous, interrupted", func(t *testing.T) {
+		t.Parallel()
+		c, rail, got := holdingRaw(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-got
+			cancel()
+		}()
+		rc := c.Pay(ctx, payment)
+		if rc.Result != RailAmbiguous || rc.Cause != CauseInterrupted || !errors.Is(rc.Err, context.Canceled) {
+			t.Fatalf("answer: %+v", rc)
+		}
+		if n := rail.connCount(); n != 1 {
+			t.Fatalf("the rail accepted %d connections, want 1", n)
+		}
+	})
+
+	t.Run("a deadline passing while the call is held is ambiguous, timeout", func(t *testing.T) {
+		t.Parallel()
+		c, rail, _ := holdingRaw(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		rc := c.Pay(ctx, payment)
+		if rc.Result != RailAmbiguous || rc.Cause != CauseTimeout || !errors.Is(rc.Err, context.DeadlineExceeded) {
+			t.Fatalf("answer: %+v", rc)
+		}
+		if n := rail.connCount(); n != 1 {
+			t.Fatalf("the rail accepted %d connections, want 1", n)
+		}
+	})
+}
