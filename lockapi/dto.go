@@ -50,22 +50,6 @@ type SubmissionRequest struct {
 	Beneficiary string `json:"beneficiary"`
 }
 
-// ParseSubmissionRequest binds the five payout fields strictly: all required, no
-// others, each within its bounds.
-func ParseSubmissionRequest(b []byte) (SubmissionRequest, []FieldError) {
-	var req SubmissionRequest
-	o, errs := ParseObject(b)
-	if errs != nil {
-		return req, errs
-	}
-	req.PayoutID, _ = o.String("payoutId", true, false, ValidateIdentifier)
-	req.AccountID, _ = o.String("accountId", true, false, ValidateIdentifier)
-	req.AmountMinor, _ = o.Int64("amountMinor", true, MinAmountMinor, MaxAmountMinor)
-	req.Currency, _ = o.String("currency", true, false, ValidateCurrency)
-	req.Beneficiary, _ = o.String("beneficiary", true, false, ValidateBeneficiary)
-	return req, o.Finish()
-}
-
 // SubmissionAccepted is rail-proxy's 200 answer.
 type SubmissionAccepted struct {
 	SubmissionID   int64  `json:"submissionId"`

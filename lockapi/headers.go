@@ -209,7 +209,7 @@ func ParseFencingHeaders(h http.Header, token, owner, idemKey bool) (Fencing, []
 			f.Token, err = ParseToken(v)
 		}
 		if err != nil {
-			errs = append(errs, FieldError{Field: HeaderFencingToken, Problem: problemText(err)})
+			errs = append(errs, FieldError{Field: HeaderFencingToken, Problem: ProblemText(err)})
 		}
 	}
 	if owner {
@@ -218,7 +218,7 @@ func ParseFencingHeaders(h http.Header, token, owner, idemKey bool) (Fencing, []
 			err = ValidateOwnerID(v)
 		}
 		if err != nil {
-			errs = append(errs, FieldError{Field: HeaderOwnerID, Problem: problemText(err)})
+			errs = append(errs, FieldError{Field: HeaderOwnerID, Problem: ProblemText(err)})
 		} else {
 			f.OwnerID = v
 		}
@@ -229,7 +229,7 @@ func ParseFencingHeaders(h http.Header, token, owner, idemKey bool) (Fencing, []
 			err = ValidateIdempotencyKey(v)
 		}
 		if err != nil {
-			errs = append(errs, FieldError{Field: HeaderIdempotencyKey, Problem: problemText(err)})
+			errs = append(errs, FieldError{Field: HeaderIdempotencyKey, Problem: ProblemText(err)})
 		} else {
 			f.IdempotencyKey = v
 		}
@@ -237,8 +237,8 @@ func ParseFencingHeaders(h http.Header, token, owner, idemKey bool) (Fencing, []
 	return f, errs
 }
 
-// problemText turns a validation error into the short sentence of errors[].problem.
-func problemText(err error) string {
+// ProblemText turns a validation error into the short sentence of errors[].problem.
+func ProblemText(err error) string {
 	msg := err.Error()
 	prefix := ErrInvalid.Error() + ": "
 	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {

@@ -61,13 +61,3 @@ func BearerMatches(h http.Header, want string) bool {
 	exp := sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(got[:], exp[:]) == 1
 }
-
-// OptionalInt64 takes an optional integer member that may be null: absent and
-// null both report false without a fault; anything else is Int64's rules.
-func (o *Object) OptionalInt64(name string, min, max int64) (int64, bool) {
-	if j := o.find(name); j >= 0 && isNull(o.members[j].raw) {
-		o.members[j].taken = true
-		return 0, false
-	}
-	return o.Int64(name, false, min, max)
-}

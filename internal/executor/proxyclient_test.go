@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -199,7 +200,7 @@ func TestSubmissionRequestShape(t *testing.T) {
 	if got.ContentLength != int64(len(body)) || len(got.TransferEncoding) != 0 {
 		t.Errorf("Content-Length %d, transfer encoding %v; want the length of the body (%d), not chunked", got.ContentLength, got.TransferEncoding, len(body))
 	}
-	req, errs := lockapi.ParseSubmissionRequest(body)
+	req, errs := jsonbody.ParseSubmissionRequest(body)
 	if len(errs) != 0 || req != sampleSubmission("p-9") {
 		t.Errorf("body %s parses as %+v, faults %v", body, req, errs)
 	}

@@ -135,7 +135,7 @@ func fastError(h http.Handler, logger *slog.Logger, chunked *chunkedHeaders) fun
 			// The rest of the request is still on its way or unread: closing on
 			// it would reset the connection, and a reset can discard the answer
 			// in the client's receive queue. Read a bounded amount first, as
-			// lockapi does for an oversized body.
+			// jsonbody does for an oversized body.
 			drainConn(fc.Conn())
 		case errors.Is(err, fasthttp.ErrBodyTooLarge):
 			// Only when the header of a chunked request is lost (see

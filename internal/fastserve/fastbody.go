@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
@@ -40,7 +41,7 @@ func serveRefused(fc *fasthttp.RequestCtx, h http.Handler, logger *slog.Logger, 
 
 // refusedBody is the body of a request fasthttp refused to read: reading it fails
 // as a read through http.MaxBytesReader fails past its limit, which
-// lockapi.ReadJSONBody answers 413.
+// jsonbody.ReadJSONBody answers 413.
 type refusedBody struct{}
 
 func (refusedBody) Read([]byte) (int, error) {
@@ -50,9 +51,9 @@ func (refusedBody) Read([]byte) (int, error) {
 func (refusedBody) Close() error { return nil }
 
 // drainRefused reads and throws away the rest of a refused body, at most
-// lockapi.MaxDrainBytes of it and within the body's read bound, so that closing
+// jsonbody.MaxDrainBytes of it and within the body's read bound, so that closing
 // the connection after the answer does not reset it and discard the answer (see
-// lockapi.MaxDrainBytes; a body announced larger is not read). contentLength is
+// jsonbody.MaxDrainBytes; a body announced larger is not read). contentLength is
 // -1 for a chunked body.
 //
 // fasthttp had read past the headers into the connection's buffer and let the
@@ -63,12 +64,12 @@ func (refusedBody) Close() error { return nil }
 // against a client that has all of its body in hand: its last bytes are in its
 // kernel's send buffer by then, or need only its writing goroutine to run once.
 func drainRefused(c net.Conn, contentLength int) {
-	if c == nil || contentLength > lockapi.MaxDrainBytes {
+	if c == nil || contentLength > jsonbody.MaxDrainBytes {
 		return
 	}
 	end := time.Now().Add(serve.ReadTimeout - serve.ReadHeaderTimeout)
 	buf := make([]byte, 32<<10)
-	for n := 0; n < lockapi.MaxDrainBytes; {
+	for n := 0; n < jsonbody.MaxDrainBytes; {
 		deadline := end
 		if idle := time.Now().Add(drainIdle); (contentLength < 0 || n >= contentLength-serverReadBuffer) && idle.Before(end) {
 			deadline = idle

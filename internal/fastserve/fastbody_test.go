@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/internal/rawhttp"
 	"lock.dev/lockapi"
 )
@@ -41,7 +42,7 @@ var jsonRoute = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTeapot)
 		return
 	}
-	if _, fault := lockapi.ReadJSONBody(r); fault != nil {
+	if _, fault := jsonbody.ReadJSONBody(r); fault != nil {
 		lockapi.WriteInvalid(w, fault.Status, fault.Errors)
 		return
 	}
@@ -170,7 +171,7 @@ func TestWaitingRequestsHoldNoReadBuffer(t *testing.T) {
 	var entered sync.WaitGroup
 	entered.Add(n)
 	addr, _ := startFast(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, fault := lockapi.ReadJSONBody(r); fault != nil {
+		if _, fault := jsonbody.ReadJSONBody(r); fault != nil {
 			lockapi.WriteInvalid(w, fault.Status, fault.Errors)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -155,7 +156,7 @@ func checkCanonical(g string) *Rejection {
 // jwk, jku, x5u … — is refused: each is a way for a token to steer its own
 // verification, and lock-server never writes one.
 func parseHeader(b []byte) (string, *Rejection) {
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return "", reject(ReasonMalformed, "the grant's header is not a JSON object")
 	}
@@ -182,7 +183,7 @@ func parseHeader(b []byte) (string, *Rejection) {
 // later (an expiry, say) must never be silently skipped by a verifier that does
 // not know it.
 func parseClaims(b []byte) (Claims, *Rejection) {
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return Claims{}, reject(ReasonMalformed, "the grant's claims are not a JSON object")
 	}

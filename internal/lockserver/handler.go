@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -47,8 +48,8 @@ type leaseCall struct {
 func (h *handler) bind(w http.ResponseWriter, r *http.Request, withToken, withBody bool) (leaseCall, bool) {
 	var body []byte
 	if withBody {
-		var fault *lockapi.BodyFault
-		if body, fault = lockapi.ReadJSONBody(r); fault != nil {
+		var fault *jsonbody.BodyFault
+		if body, fault = jsonbody.ReadJSONBody(r); fault != nil {
 			lockapi.WriteInvalid(w, fault.Status, fault.Errors)
 			return leaseCall{}, false
 		}
@@ -71,7 +72,7 @@ func (h *handler) bind(w http.ResponseWriter, r *http.Request, withToken, withBo
 
 // bindTTL parses {"ttlMs": n} with n within the configured bounds, and nothing else.
 func (h *handler) bindTTL(body []byte, errs []lockapi.FieldError) (int64, []lockapi.FieldError) {
-	o, ferrs := lockapi.ParseObject(body)
+	o, ferrs := jsonbody.ParseObject(body)
 	if ferrs != nil {
 		return 0, append(errs, ferrs...)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lock.dev/internal/grant"
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -33,12 +34,12 @@ func (h *handlers) dbContext(r *http.Request) (context.Context, context.CancelFu
 
 // POST /v1/payouts
 func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
-	body, bf := lockapi.ReadJSONBody(r)
+	body, bf := jsonbody.ReadJSONBody(r)
 	if bf != nil {
 		lockapi.WriteInvalid(w, bf.Status, bf.Errors)
 		return
 	}
-	req, errs := lockapi.ParseSubmissionRequest(body)
+	req, errs := jsonbody.ParseSubmissionRequest(body)
 	if len(errs) > 0 {
 		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
 		return
@@ -126,7 +127,7 @@ func (h *handlers) claim(w http.ResponseWriter, r *http.Request) {
 
 // POST /v1/payouts/{id}/post — the claimant records the rail's outcome.
 func (h *handlers) post(w http.ResponseWriter, r *http.Request) {
-	body, bf := lockapi.ReadJSONBody(r)
+	body, bf := jsonbody.ReadJSONBody(r)
 	if bf != nil {
 		lockapi.WriteInvalid(w, bf.Status, bf.Errors)
 		return

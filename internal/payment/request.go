@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -32,7 +33,7 @@ func checkPayoutID(id string) []lockapi.FieldError {
 // outcome needs a railReference and takes no declineReason.
 func parsePostRequest(b []byte) (postUpdate, []lockapi.FieldError) {
 	var u postUpdate
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return u, errs
 	}

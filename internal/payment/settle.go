@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -26,7 +27,7 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 			"settling a payout needs Authorization: Bearer with the reconciler's token", nil))
 		return
 	}
-	body, bf := lockapi.ReadJSONBody(r)
+	body, bf := jsonbody.ReadJSONBody(r)
 	if bf != nil {
 		lockapi.WriteInvalid(w, bf.Status, bf.Errors)
 		return
@@ -79,7 +80,7 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 // line of the payout: that is the proof).
 func parseSettleRequest(b []byte) (lockapi.SettleRequest, []lockapi.FieldError) {
 	var u lockapi.SettleRequest
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return u, errs
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"lock.dev/internal/grant"
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -15,10 +16,10 @@ import (
 // the five body members (docs/contracts/README.md). Every fault is returned, the
 // headers' first: when both are wrong, the headers answer, and the 400 still
 // lists every fault found. Content type (415) and size (413) come before this, in
-// lockapi.ReadJSONBody.
+// jsonbody.ReadJSONBody.
 func ParseSubmission(h http.Header, body []byte) (Submission, []lockapi.FieldError) {
 	f, errs := lockapi.ParseFencingHeaders(h, true, true, true)
-	req, berrs := lockapi.ParseSubmissionRequest(body)
+	req, berrs := jsonbody.ParseSubmissionRequest(body)
 	errs = append(errs, berrs...)
 	if len(errs) > 0 {
 		return Submission{}, errs
@@ -38,7 +39,7 @@ func ParseSubmission(h http.Header, body []byte) (Submission, []lockapi.FieldErr
 // BindSubmission applies the rules of docs/contracts/rail-proxy.md in their order: content type (415), size
 // (413), then headers and body (400). status is 0 when the request is well-formed.
 func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi.FieldError) {
-	body, fault := lockapi.ReadJSONBody(r)
+	body, fault := jsonbody.ReadJSONBody(r)
 	if fault != nil {
 		return Submission{}, fault.Status, fault.Errors
 	}

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"lock.dev/internal/iso4217"
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -286,7 +287,7 @@ func FuzzParseObjectAgreesWithOracle(f *testing.F) {
 func compareParse(t *testing.T, b []byte) {
 	t.Helper()
 	wantReq, wantErrs := oracleParse(b)
-	gotReq, gotErrs := lockapi.ParseSubmissionRequest(b)
+	gotReq, gotErrs := jsonbody.ParseSubmissionRequest(b)
 	if len(wantErrs) == 0 {
 		wantErrs = nil
 	}

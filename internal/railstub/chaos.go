@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -94,7 +95,7 @@ type chaosRequest struct {
 // optional: an omitted knob becomes 0, an omitted seed keeps the current one.
 func parseChaosRequest(b []byte) (chaosRequest, []lockapi.FieldError) {
 	var req chaosRequest
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return req, errs
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
 
@@ -44,7 +45,7 @@ type CallList struct {
 // members required, no others, each within the bounds of docs/contracts/README.md.
 func parsePayment(b []byte) (PaymentRequest, []lockapi.FieldError) {
 	var p PaymentRequest
-	o, errs := lockapi.ParseObject(b)
+	o, errs := jsonbody.ParseObject(b)
 	if errs != nil {
 		return p, errs
 	}
@@ -62,7 +63,7 @@ func parsePayment(b []byte) (PaymentRequest, []lockapi.FieldError) {
 // its callers. A malformed request is refused before booking: it never reached the
 // point where money could move.
 func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
-	body, fault := lockapi.ReadJSONBody(r)
+	body, fault := jsonbody.ReadJSONBody(r)
 	if fault != nil {
 		lockapi.WriteInvalid(w, fault.Status, fault.Errors)
 		return
@@ -250,7 +251,7 @@ func (s *Stub) handleGetChaos(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Stub) handlePutChaos(w http.ResponseWriter, r *http.Request) {
-	body, fault := lockapi.ReadJSONBody(r)
+	body, fault := jsonbody.ReadJSONBody(r)
 	if fault != nil {
 		lockapi.WriteInvalid(w, fault.Status, fault.Errors)
 		return

@@ -1,98 +1,15 @@
-package lockapi
+package jsonbody
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
-	"mime"
-	"net/http"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"lock.dev/lockapi"
 )
-
-// BodyFault is why a request body could not even be looked at: 415 or 413.
-type BodyFault struct {
-	Status int
-	Errors []FieldError
-}
-
-// ReadJSONBody applies the first two rules of docs/contracts/README.md in their order:
-// the content type must be JSON (415), the body at most 64 KiB (413). The caller
-// checks headers next, then parses the body.
-func ReadJSONBody(r *http.Request) ([]byte, *BodyFault) {
-	if err := CheckJSONContentType(r.Header); err != nil {
-		return nil, &BodyFault{Status: http.StatusUnsupportedMediaType,
-			Errors: []FieldError{{Field: "Content-Type", Problem: problemText(err)}}}
-	}
-	if r.ContentLength > MaxBodyBytes {
-		drainOversized(r)
-		return nil, tooLarge()
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		// The server already knows the body is too large (http.MaxBytesReader,
-		// or a body the server refused to read); such a body reads no further,
-		// so there is nothing here to drain.
-		return nil, tooLarge()
-	}
-	if err != nil {
-		return nil, &BodyFault{Status: http.StatusBadRequest,
-			Errors: []FieldError{{Field: "body", Problem: "could not be read: " + err.Error()}}}
-	}
-	if len(b) > MaxBodyBytes {
-		drainOversized(r)
-		return nil, tooLarge()
-	}
-	return b, nil
-}
-
-// MaxDrainBytes bounds what is read and thrown away of a body over MaxBodyBytes
-// so that its 413 reaches the client.
-//
-// A server that answers before a client has finished sending its body and then
-// closes the connection (Go's does, past 256 KiB left unread) makes the client's
-// kernel answer its remaining writes with a reset, which discards the 413 still
-// unread in the client's receive buffer: the client sees a broken pipe or a
-// reset instead of the answer. Reading the rest of a body up to a few MiB — a
-// client's honest mistake — costs little and keeps the connection usable; a
-// larger one (or one announced larger) is not read, and that client may see the
-// connection closed.
-const MaxDrainBytes = 4 << 20
-
-func drainOversized(r *http.Request) {
-	if r.ContentLength > MaxDrainBytes {
-		return
-	}
-	// A client waiting for 100 Continue has sent no body: reading it would invite
-	// the body only to throw it away. The server answers and closes instead.
-	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-		return
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, MaxDrainBytes))
-}
-
-func tooLarge() *BodyFault {
-	return &BodyFault{Status: http.StatusRequestEntityTooLarge,
-		Errors: []FieldError{{Field: "body", Problem: "must be at most 65536 bytes"}}}
-}
-
-// CheckJSONContentType accepts application/json, case-insensitive, with any parameters.
-func CheckJSONContentType(h http.Header) error {
-	vs := h.Values("Content-Type")
-	if len(vs) == 0 {
-		return invalid("is required and must be application/json")
-	}
-	if len(vs) > 1 {
-		return invalid("must appear exactly once")
-	}
-	mt, _, err := mime.ParseMediaType(vs[0])
-	if err != nil || !strings.EqualFold(mt, "application/json") {
-		return invalid("must be application/json")
-	}
-	return nil
-}
 
 // Object is a strictly parsed JSON object: each member once, nothing after it.
 // Fields are taken one by one; every fault is collected, and Finish reports
@@ -100,7 +17,7 @@ func CheckJSONContentType(h http.Header) error {
 type Object struct {
 	members []member       // in order of first appearance
 	index   map[string]int // name → members index, built only for large objects
-	errs    []FieldError
+	errs    []lockapi.FieldError
 }
 
 type member struct {
@@ -119,13 +36,13 @@ const indexFrom = 16
 // ParseObject parses b as exactly one JSON object. A body that is not one is a
 // single fault on field "body". It validates and splits the object in one pass
 // over b (the grammar is encoding/json's: same verdicts, same member values).
-func ParseObject(b []byte) (*Object, []FieldError) {
-	fail := func(p string) (*Object, []FieldError) {
-		return nil, []FieldError{{Field: "body", Problem: p}}
+func ParseObject(b []byte) (*Object, []lockapi.FieldError) {
+	fail := func(p string) (*Object, []lockapi.FieldError) {
+		return nil, []lockapi.FieldError{{Field: "body", Problem: p}}
 	}
 	// The verdict for a body that is not one well-formed object: malformed, or a
 	// well-formed first value followed by more, or a single value of another kind.
-	notObject := func(i int) (*Object, []FieldError) {
+	notObject := func(i int) (*Object, []lockapi.FieldError) {
 		end, ok := scanValue(b, i)
 		switch {
 		case !ok:
@@ -169,13 +86,13 @@ func ParseObject(b []byte) (*Object, []FieldError) {
 			}
 			switch {
 			case o.find(k) >= 0:
-				o.errs = append(o.errs, FieldError{Field: k, Problem: "must appear only once"})
+				o.errs = append(o.errs, lockapi.FieldError{Field: k, Problem: "must appear only once"})
 			case !isText(b[i:vend]):
 				// Refused, not decoded: encoding/json would put U+FFFD in place of
 				// each bad byte or lone surrogate, and the caller's text would be
 				// stored as something it never sent. The member still counts as
 				// given, so it is neither "required" nor "not a known member".
-				o.errs = append(o.errs, FieldError{Field: k, Problem: notTextValue})
+				o.errs = append(o.errs, lockapi.FieldError{Field: k, Problem: notTextValue})
 				o.add(k, nil)
 				o.members[len(o.members)-1].notText = true
 			default:
@@ -480,7 +397,7 @@ func decodeString(lit []byte) string {
 }
 
 func (o *Object) fault(field, problem string) {
-	o.errs = append(o.errs, FieldError{Field: field, Problem: problem})
+	o.errs = append(o.errs, lockapi.FieldError{Field: field, Problem: problem})
 }
 
 func (o *Object) take(name string, required bool) (json.RawMessage, bool) {
@@ -520,7 +437,7 @@ func (o *Object) String(name string, required, nullable bool, validate func(stri
 	s := decodeString(raw)
 	if validate != nil {
 		if err := validate(s); err != nil {
-			o.fault(name, problemText(err))
+			o.fault(name, lockapi.ProblemText(err))
 			return "", false
 		}
 	}
@@ -574,6 +491,16 @@ func (o *Object) Int64(name string, required bool, min, max int64) (int64, bool)
 	return v, true
 }
 
+// OptionalInt64 takes an optional integer member that may be null: absent and
+// null both report false without a fault; anything else is Int64's rules.
+func (o *Object) OptionalInt64(name string, min, max int64) (int64, bool) {
+	if j := o.find(name); j >= 0 && isNull(o.members[j].raw) {
+		o.members[j].taken = true
+		return 0, false
+	}
+	return o.Int64(name, false, min, max)
+}
+
 // Float64 takes a number member within [min, max].
 func (o *Object) Float64(name string, required bool, min, max float64) (float64, bool) {
 	s, ok := o.number(name, required, "must be a number")
@@ -589,7 +516,7 @@ func (o *Object) Float64(name string, required bool, min, max float64) (float64,
 }
 
 // Finish reports members that were not asked for and returns every fault found.
-func (o *Object) Finish() []FieldError {
+func (o *Object) Finish() []lockapi.FieldError {
 	for _, m := range o.members {
 		if !m.taken && !m.notText {
 			o.fault(m.name, "is not a known member")

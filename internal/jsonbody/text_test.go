@@ -1,4 +1,4 @@
-package lockapi
+package jsonbody
 
 import (
 	"strings"
@@ -67,25 +67,6 @@ func TestParseObjectRefusesTextThatIsNotUnicode(t *testing.T) {
 	for _, body := range []string{"{\"bene\xffficiary\":\"B\"}", `{"\ud800":"B"}`} {
 		if _, errs := ParseObject([]byte(body)); len(errs) != 1 || errs[0].Field != "body" || !strings.Contains(errs[0].Problem, "UTF-8") {
 			t.Errorf("%q: %v, want one fault on body", body, errs)
-		}
-	}
-}
-
-func TestValidateCurrencyIsISO4217(t *testing.T) {
-	for _, c := range []string{"EUR", "JPY", "USD", "BHD", "CLF", "IQD"} {
-		if err := ValidateCurrency(c); err != nil {
-			t.Errorf("ValidateCurrency(%s) = %v", c, err)
-		}
-	}
-	for _, c := range []string{"ABC", "XYZ", "EUX", "QQQ", "DEM"} {
-		err := ValidateCurrency(c)
-		if err == nil || !strings.Contains(problemText(err), "unknown ISO 4217 code") {
-			t.Errorf("ValidateCurrency(%s) = %v, want an unknown ISO 4217 code", c, err)
-		}
-	}
-	for _, c := range []string{"eur", "EU", "EURO", "E1R", ""} {
-		if err := ValidateCurrency(c); err == nil {
-			t.Errorf("ValidateCurrency(%q) accepted", c)
 		}
 	}
 }
