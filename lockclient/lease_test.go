@@ -167,7 +167,7 @@ func TestAcquireIsNeverRetried(t *testing.T) {
 	}
 }
 
-// Acceptance 5: a renewal answered LEASE_LOST cancels the context with
+// A renewal answered LEASE_LOST cancels the context with
 // ErrLeaseLost (not a deadline); Release then reports what the server says.
 func TestLeaseLostCancelsContext(t *testing.T) {
 	t.Parallel()
@@ -198,7 +198,7 @@ func TestLeaseLostCancelsContext(t *testing.T) {
 	}
 }
 
-// Acceptance 5: when renewals stop getting through — the server unreachable, or
+// When renewals stop getting through — the server unreachable, or
 // its replies stalled — the context is cancelled with ErrExpired while lockdb
 // still holds the lease: before the server-side expiry, never after. The acquire
 // reply is delayed first, so a client that measured its deadline from the reply
@@ -233,7 +233,7 @@ func TestContextCancelledBeforeServerExpiry(t *testing.T) {
 	}
 }
 
-// Acceptance 5: a frozen lease neither renews nor cancels, however long it is
+// A frozen lease neither renews nor cancels, however long it is
 // frozen; thawed after lockdb's expiry, its first renewal is LEASE_LOST and the
 // context is cancelled.
 func TestFrozenPastExpiryThenThawed(t *testing.T) {

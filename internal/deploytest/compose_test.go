@@ -71,7 +71,7 @@ var composeDeps = map[string]map[string]string{
 // A password in a URL: scheme://user:password@host.
 var urlPassword = regexp.MustCompile(`://[^/@:\s]+:[^/@\s]+@`)
 
-// Acceptance 3: compose.yaml loads with the compose-spec loader and has every
+// compose.yaml loads with the compose-spec loader and has every
 // service, health check and dependency: PostgreSQL 15 for lockdb and paydb,
 // migrations as one-shot services, every lock.dev service with a /readyz health
 // check on its port (docs/contracts/configuration.md) (through the image's healthcheck binary: the base has no

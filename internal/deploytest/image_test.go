@@ -37,7 +37,7 @@ func buildLine(t *testing.T, df string) string {
 	return ""
 }
 
-// Acceptance 4 (the static part; no container engine runs here): the image is
+// The static part (no container engine runs here): the image is
 // multi-stage, builds static binaries (CGO_ENABLED=0) of every deployable
 // command with the version linked in, runs on distroless static as the
 // nonroot user, and lets the command choose the binary (no ENTRYPOINT).

@@ -113,7 +113,7 @@ func k8sSchemas(t *testing.T) map[string]*jsonschema.Schema {
 	return out
 }
 
-// Acceptance 2: kustomize builds deploy/k8s, and every object it makes is valid
+// kustomize builds deploy/k8s, and every object it makes is valid
 // by the Kubernetes schema.
 func TestKustomizeBuildValidatesAgainstKubernetesSchemas(t *testing.T) {
 	objs := build(t, k8sDir(t))
@@ -312,7 +312,7 @@ func checkEnv(t *testing.T, where, service string, c container) {
 	}
 }
 
-// Acceptance 2: every Deployment runs its own binary, has liveness and
+// Every Deployment runs its own binary, has liveness and
 // readiness probes on the paths (docs/contracts/observability.md) and its port (docs/contracts/configuration.md), runs as non-root on a
 // read-only root filesystem without privilege escalation or capabilities, has
 // requests and limits, a PodDisruptionBudget and, when it serves an API, a

@@ -259,7 +259,7 @@ func railReachers(pods map[string]endpoint, c cluster) []string {
 	return out
 }
 
-// Acceptance 2: "rail-proxy is the only process permitted to call the rail" is
+// "rail-proxy is the only process permitted to call the rail" is
 // true at the network level. No pod but rail-proxy's can open a connection to
 // the rail (rail-stub's pods, or an outside address on the rail's ports), while
 // every pod still reaches what it needs: DNS, its database, its callees.

@@ -133,7 +133,7 @@ type refusalCase struct {
 	want  string // reason
 }
 
-// refusalCases is the catalogue: every reason of docs/contracts/signed-grants.md, the attacks acceptance 1
+// refusalCases is the catalogue: every reason of docs/contracts/signed-grants.md, the attacks it
 // names (alg none, HS256 "signed" with the public key, tok off by one, a grant of
 // acct-1 for acct-10), and the order in which reasons are checked.
 func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
@@ -381,7 +381,7 @@ func TestVerifyConcurrently(t *testing.T) {
 	wg.Wait()
 }
 
-// Acceptance 2: verifiers given the old and the new key accept grants by both;
+// Verifiers given the old and the new key accept grants by both;
 // once the old key is dropped, its grants are unknown_key.
 func TestKeyRotation(t *testing.T) {
 	old, cur := newKeyPair(t), newKeyPair(t)

@@ -9,7 +9,7 @@ import (
 	"lock.dev/internal/railstub"
 )
 
-// Invariant 7, the books close (spec README, docs/contracts/reconciliation.md): once the reconciler has read the
+// Invariant 7, the books close (docs/lockdemo.md, docs/contracts/reconciliation.md): once the reconciler has read the
 // statement past the settle window, no payout is AMBIGUOUS, the ledger equals
 // what the rail accepted for our payouts, and every disagreement is a recorded
 // exception. Judged from ground truth: the rail-stub's call log and the payouts,

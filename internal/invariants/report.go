@@ -5,7 +5,8 @@ import "slices"
 // CheckID names one check of the report; the JSON form carries it.
 type CheckID string
 
-// The checks, grouped by the invariant of the spec README they test (0: the
+// The checks, grouped by the invariant they test (docs/lockdemo.md, "The
+// invariants and their checks"; 0: the
 // cross-module checks: the books, and the run's own setting).
 const (
 	// Invariant 1: no stale admission.

@@ -134,7 +134,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	}
 }
 
-// Acceptance 4: a renewal or release that is not the current grant of its owner
+// A renewal or release that is not the current grant of its owner
 // is LEASE_LOST; releasing the same grant twice is 204 both times; a name never
 // granted is NOT_FOUND.
 func TestLeaseLostAndIdempotentRelease(t *testing.T) {

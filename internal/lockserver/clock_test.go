@@ -21,7 +21,7 @@ type skewedClock struct{ by time.Duration }
 
 func (c skewedClock) Now() time.Time { return time.Now().Add(c.by) }
 
-// Acceptance 3: lock-servers whose own clocks are an hour fast and an hour slow
+// lock-servers whose own clocks are an hour fast and an hour slow
 // grant and expire exactly as lockdb's clock says. Each step is one a server
 // judging by its own clock would answer differently: the fast one would think
 // the lease expired, the slow one that it still runs.

@@ -16,7 +16,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 1: a lock's tokens strictly increase across grants, releases,
+// A lock's tokens strictly increase across grants, releases,
 // expiries, a restart of lock-server, and two replicas on one lockdb — and with
 // no gaps, since each grant adds exactly one.
 func TestTokensStrictlyIncrease(t *testing.T) {
@@ -77,7 +77,7 @@ type observed struct {
 	released   bool        // a release of it answered 204
 }
 
-// Acceptance 2: mutual exclusion by lockdb's clock. Two replicas, 32 goroutines
+// Mutual exclusion by lockdb's clock. Two replicas, 32 goroutines
 // each, three locks, short TTLs, for several seconds; holders release, renew,
 // abandon, or release late. Afterwards lock_grant must show, per lock: tokens
 // 1…N with no repeat or gap; each grant acquired at or after the previous one

@@ -11,7 +11,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 7, metrics: every lock_* series exists at 0 from start-up, on both
+// Metrics: every lock_* series exists at 0 from start-up, on both
 // metrics paths, and then counts what lockdb decided.
 func TestMetricsZeroInitialisedAndCounting(t *testing.T) {
 	t.Parallel()
@@ -84,7 +84,7 @@ func ready(t *testing.T, base string) (int, readiness) {
 	return a.Status, r
 }
 
-// Acceptance 7, readiness: DOWN while lockdb cannot be reached, UP again when it
+// Readiness: DOWN while lockdb cannot be reached, UP again when it
 // can; meanwhile liveness stays UP and lease calls answer 503 UNAVAILABLE, both
 // when lockdb refuses connections and when it stalls past the 2 s bound.
 func TestReadinessAndUnavailableFollowLockdb(t *testing.T) {

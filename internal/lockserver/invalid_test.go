@@ -131,7 +131,7 @@ func badCalls() []badCall {
 	return calls
 }
 
-// Acceptance 6: every malformed call is INVALID_REQUEST with every fault named,
+// Every malformed call is INVALID_REQUEST with every fault named,
 // and writes nothing: neither table changes and no decision is counted.
 func TestMalformedRequestsWriteNothing(t *testing.T) {
 	t.Parallel()

@@ -49,7 +49,7 @@ func (e *env) fenced(t testing.TB, id, call string, token int64, owner string, g
 	return resp.StatusCode, m, resp.Header
 }
 
-// Acceptance 1 at payment-resource: every refusal reason of docs/contracts/signed-grants.md answers 401
+// At payment-resource: every refusal reason of docs/contracts/signed-grants.md answers 401
 // GRANT_REJECTED with its reason for a claim and for a post — alg none, an HS256
 // grant keyed with the public key, tok one off X-Fencing-Token, a grant of acct-1
 // used for a payout of acct-10 among them — and changes no payout, writes no
@@ -165,7 +165,7 @@ func TestGrantPrecedenceAtPaymentResource(t *testing.T) {
 	}
 }
 
-// Acceptance 3 at payment-resource: without a key set claims and posts need no
+// At payment-resource: without a key set claims and posts need no
 // grant, and the start-up log says grants are not verified.
 func TestPaymentWithoutGrantKeys(t *testing.T) {
 	t.Parallel()

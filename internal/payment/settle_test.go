@@ -185,7 +185,7 @@ func TestSettleRefusesWhatIsNotAmbiguous(t *testing.T) {
 	}
 }
 
-// Bad input (acceptance 5): a missing or wrong bearer token is 401 UNAUTHORIZED
+// Bad input: a missing or wrong bearer token is 401 UNAUTHORIZED
 // before any other rule (even with a body that breaks them all); then 415, 413 and
 // 400 as for every endpoint. Nothing is written and nothing counted.
 func TestSettleBadInputWritesNothing(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 type dbq = *pgxpool.Pool
 
-// Acceptance 2–4: a strictly greater token is admitted and becomes the mark; a
+// A strictly greater token is admitted and becomes the mark; a
 // lower or an equal one is FENCED_OUT with a FENCED row, and the rail-stub's own
 // call log shows no call for it. Fence first: a repeat payout whose token does
 // not pass is FENCED_OUT, not DUPLICATE_SUBMISSION.
@@ -99,7 +99,7 @@ func TestFenceAdmitsGreaterRefusesLowerAndEqual(t *testing.T) {
 	}
 }
 
-// Acceptance 5: a repeat payout with a token that passes the fence is
+// A repeat payout with a token that passes the fence is
 // DUPLICATE_SUBMISSION carrying the first attempt's facts; the mark still moves;
 // the duplicate counter and log record it; the rail sees the payout once.
 func TestDuplicateAnswersFirstAttempt(t *testing.T) {
@@ -189,7 +189,7 @@ func TestDuplicateWhileFirstInFlight(t *testing.T) {
 	}
 }
 
-// Acceptance 5, the race: many submissions of one payout at once, every token
+// Many submissions of one payout at once, every token
 // passing its own account's fence, so only the unique index stands between them
 // and the rail. Exactly one is forwarded.
 func TestConcurrentSamePayoutForwardedOnce(t *testing.T) {
@@ -234,7 +234,7 @@ func TestConcurrentSamePayoutForwardedOnce(t *testing.T) {
 	}
 }
 
-// Acceptance 6: a rail slower than the read timeout, and a rail that drops the
+// A rail slower than the read timeout, and a rail that drops the
 // connection, are both RAIL_AMBIGUOUS with one TIMEOUT row, resolved_at set; the
 // rail receives the call once, and a later submission of the same payout is a
 // DUPLICATE, never a second call.
@@ -316,7 +316,7 @@ func TestDeclineIsRejected(t *testing.T) {
 	}
 }
 
-// Acceptance 7: the mark lives in paydb, so a restarted proxy still refuses the
+// The mark lives in paydb, so a restarted proxy still refuses the
 // lower token.
 func TestRestartDoesNotReadmitLowerToken(t *testing.T) {
 	t.Parallel()

@@ -25,8 +25,8 @@ import (
 
 // The benchmarks measure the admission path against the real rail-stub at zero
 // latency, on a throwaway PostgreSQL with durable settings (fsync and
-// synchronous_commit on), as /work/shared/perf/run-ceiling.sh measures the
-// database's own ceiling for the same SQL. Settings (environment):
+// synchronous_commit on), as the project's CI comparison measures the
+// database's own ceiling for the same SQL (docs/performance.md). Settings (environment):
 //
 //	BENCH_DURABLE         0 runs PostgreSQL without fsync, to separate the cost of
 //	                      the two commits' WAL flushes from the proxy's own

@@ -13,7 +13,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 9: two rail-proxy instances on one paydb, many goroutines, mixed and
+// Two rail-proxy instances on one paydb, many goroutines, mixed and
 // stale tokens over a few accounts, repeated payouts. Read back from paydb and
 // the rail's own call log:
 //   - per account, in submission_id order (admission order: every row of an

@@ -35,7 +35,7 @@ func submitGranted(t testing.TB, baseURL string, token int64, owner string, p pa
 	return post(t, baseURL, h, p.body())
 }
 
-// Acceptance 1 at rail-proxy: every refusal reason of docs/contracts/signed-grants.md — alg none, an HS256
+// At rail-proxy: every refusal reason of docs/contracts/signed-grants.md — alg none, an HS256
 // grant keyed with the public key, tok one off X-Fencing-Token, a grant of acct-1
 // presented for acct-10 among them — answers 401 GRANT_REJECTED with its reason,
 // and leaves nothing behind: no rail_submission row, no rail call, no mark moved,
@@ -168,7 +168,7 @@ func TestGrantPrecedence(t *testing.T) {
 	}
 }
 
-// Acceptance 3 at rail-proxy: without a key set nothing changes (no grant is
+// At rail-proxy: without a key set nothing changes (no grant is
 // needed) and the start-up log says grants are not verified.
 func TestWithoutGrantKeysNothingChanges(t *testing.T) {
 	t.Parallel()
@@ -187,7 +187,7 @@ func TestWithoutGrantKeysNothingChanges(t *testing.T) {
 	}
 }
 
-// Key rotation at rail-proxy (acceptance 2): given old and new keys it admits
+// Key rotation at rail-proxy: given old and new keys it admits
 // grants of both; restarted with the new key only, the old key's grants are
 // unknown_key.
 func TestGrantKeyRotation(t *testing.T) {

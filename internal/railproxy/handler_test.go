@@ -112,7 +112,7 @@ func (m malformed) request(url string) *http.Request {
 	return r
 }
 
-// Acceptance 12: each malformed request is INVALID_REQUEST as problem+json with
+// Each malformed request is INVALID_REQUEST as problem+json with
 // the status and first field the precedence of docs/contracts/rail-proxy.md gives it, and writes no row and
 // calls no rail.
 func TestMalformedRequestsWriteNothingCallNothing(t *testing.T) {
@@ -225,7 +225,7 @@ func FuzzBindSubmission(f *testing.F) {
 	})
 }
 
-// Acceptance 13: /metrics and /actuator/prometheus expose every family (docs/contracts/observability.md) with
+// /metrics and /actuator/prometheus expose every family (docs/contracts/observability.md) with
 // every closed label value at 0 from start-up, and after traffic no label value
 // is an identifier.
 func TestMetricsPinnedAndZeroInitialised(t *testing.T) {

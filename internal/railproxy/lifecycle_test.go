@@ -46,7 +46,7 @@ func runChild() int {
 	return serve.ExitCode(Run(ctx, cfg), os.Stderr)
 }
 
-// Acceptance 15, first half: a proxy killed between its intent commit and its
+// A proxy killed between its intent commit and its
 // resolution leaves a NULL row; after RAIL_PROXY_INTERRUPTED_AFTER the janitor
 // of another proxy resolves it TIMEOUT (rail_ambiguous, cause interrupted,
 // counted ambiguous), and nothing resubmits it: the rail saw it once.
@@ -138,7 +138,7 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	}
 }
 
-// Acceptance 15, second half: with fencing off a lower token is admitted and
+// With fencing off a lower token is admitted and
 // forwarded (the mark still only moves up), the start-up log says
 // fencing_disabled at ERROR, and the gauge is 0.
 func TestFencingDisabledAdmitsLowerToken(t *testing.T) {
@@ -348,7 +348,7 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// Acceptance 14 (docs/contracts/configuration.md): rail-proxy never depends on lockclient, lockserver or
+// rail-proxy never depends on lockclient, lockserver or
 // payment, read from the real import graph.
 func TestImportGraph(t *testing.T) {
 	t.Parallel()

@@ -231,7 +231,7 @@ func (f *pgForwarder) arm(fault string) {
 	f.mu.Unlock()
 }
 
-// Acceptance 11, second half, and 13: paydb out of reach is 503 RAIL_UNAVAILABLE
+// paydb out of reach is 503 RAIL_UNAVAILABLE
 // stage intent_commit, no row, no rail call; readiness is DOWN (db) while liveness
 // stays UP; when paydb is back, the same payout is admitted.
 func TestPaydbUnreachable(t *testing.T) {

@@ -92,7 +92,7 @@ func (h *holdingRail) waitCalls(t testing.TB, n int) {
 	})
 }
 
-// Acceptance 8, intent before socket, proven from the rail's side: at the
+// Intent before socket, proven from the rail's side: at the
 // moment the rail receives a call, its rail_submission row is already committed
 // (visible to another connection) with outcome NULL. The rail also checks what
 // it is sent: a POST without any idempotency header.
@@ -210,7 +210,7 @@ func (c *closingRail) count(ref string) int {
 	return c.refs[ref]
 }
 
-// Acceptance 10: a rail that closes a kept-alive connection never receives a
+// A rail that closes a kept-alive connection never receives a
 // request twice. The control half shows the hazard is real and that this rail
 // detects it: Go's own client, sending a rewindable body with an idempotency
 // header, does resend.
@@ -325,7 +325,7 @@ func TestMalformedRailReplyIsAmbiguous(t *testing.T) {
 	}
 }
 
-// Acceptance 11, first half: a rail that is not listening is 503 RAIL_UNAVAILABLE
+// A rail that is not listening is 503 RAIL_UNAVAILABLE
 // stage dial with an UNSENT row (the dial failed: no connection was obtained), and
 // readiness is DOWN; the payout is admitted later with a newer token.
 func TestRailNotListeningIsUnsent(t *testing.T) {

@@ -128,7 +128,7 @@ func TestStatementIsTheRailsCallLog(t *testing.T) {
 	}
 }
 
-// Bad input (acceptance 5): every malformed query is 400 INVALID_REQUEST naming
+// Bad input: every malformed query is 400 INVALID_REQUEST naming
 // the parameter, and the rail is not read (the counter stays at zero).
 func TestStatementBadQueryReadsNothing(t *testing.T) {
 	t.Parallel()

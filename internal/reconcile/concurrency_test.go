@@ -49,7 +49,7 @@ func (e *env) ambiguousMix(t testing.TB, prefix string, paid, declined, absent i
 
 var fastProxy = map[string]map[string]string{"rail-proxy": {"RAIL_READ_TIMEOUT": "300ms"}}
 
-// Acceptance 4: two reconcilers started together on one paydb settle each payout
+// Two reconcilers started together on one paydb settle each payout
 // once: one ledger entry per PAID payout, and the settles both reconcilers count
 // add up to the payouts settled — as does payment-resource's own count.
 func TestTwoReconcilersSettleEachPayoutOnce(t *testing.T) {

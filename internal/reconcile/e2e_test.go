@@ -17,7 +17,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 1: the whole system under chaos — replies later than the proxy's
+// The whole system under chaos — replies later than the proxy's
 // read timeout, dropped replies, declines, a rail-proxy crash (SIGKILL) with
 // calls in flight — with executors doing the work and a reconciler running beside
 // them. After the final pass: no payout is AMBIGUOUS, the ledger equals what the

@@ -12,7 +12,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 3: each exception kind, planted, is recorded exactly once across
+// Each exception kind, planted, is recorded exactly once across
 // repeated passes — with the payout and statement seq that locate it — logged once,
 // and settles or unsettles nothing.
 func TestEachExceptionKindRecordedOnce(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Acceptance 2: NOT_PRESENTED is safe. An attempt whose call never reached the
+// NOT_PRESENTED is safe. An attempt whose call never reached the
 // rail (its rail accepted the connection and never read) ends TIMEOUT and the
 // payout AMBIGUOUS. A pass before the settle window leaves it AMBIGUOUS; a pass
 // after it settles NOT_PRESENTED, with no ledger entry. A call for that reference

@@ -23,7 +23,7 @@ type Case struct {
 	Reason  string
 }
 
-// Catalogue is every refusal reason of docs/contracts/signed-grants.md, with the attacks acceptance 1 names
+// Catalogue is every refusal reason of docs/contracts/signed-grants.md, with the attacks it must refuse
 // (alg none, HS256 "signed" with the public key, tok off by one, a grant of
 // acct-1 for acct-10), against a fence point that verifies with key's public half.
 // The honest presentation is a grant of token on account:account to owner; every
