@@ -9,7 +9,7 @@ import (
 // final pass settled and recorded, and the money line that must now hold — booked
 // in the ledger = accepted by the rail for our payouts. Nothing when no column
 // was reconciled.
-func booksRows(t *table, cols []Column) {
+func booksRows(t *Table, cols []Column) {
 	if !slices.ContainsFunc(cols, func(c Column) bool { return c.Report.Reconciliation != nil }) {
 		return
 	}
@@ -23,27 +23,18 @@ func booksRows(t *table, cols []Column) {
 		}
 		return out
 	}
-	t.gap()
-	t.row("reconciliation (the rail's statement, final pass)", make([]string, len(cols)))
-	t.row("  statement lines copied", rec(func(r Reconciliation) int { return r.StatementLines }))
-	t.row("  AMBIGUOUS settled as PAID (booked)", rec(func(r Reconciliation) int { return r.SettledPaid }))
-	t.row("  AMBIGUOUS settled as DECLINED", rec(func(r Reconciliation) int { return r.SettledDeclined }))
-	t.row("  AMBIGUOUS settled as NOT_PRESENTED", rec(func(r Reconciliation) int { return r.SettledNotPresented }))
-	t.row("  AMBIGUOUS left", rec(func(r Reconciliation) int { return r.AmbiguousLeft }))
-	t.row("  exceptions (each needs a person)", rec(func(r Reconciliation) int { return r.ExceptionTotal() }))
+	t.Gap()
+	t.Row("reconciliation (the rail's statement, final pass)", make([]string, len(cols)))
+	t.Row("  statement lines copied", rec(func(r Reconciliation) int { return r.StatementLines }))
+	t.Row("  AMBIGUOUS settled as PAID (booked)", rec(func(r Reconciliation) int { return r.SettledPaid }))
+	t.Row("  AMBIGUOUS settled as DECLINED", rec(func(r Reconciliation) int { return r.SettledDeclined }))
+	t.Row("  AMBIGUOUS settled as NOT_PRESENTED", rec(func(r Reconciliation) int { return r.SettledNotPresented }))
+	t.Row("  AMBIGUOUS left", rec(func(r Reconciliation) int { return r.AmbiguousLeft }))
+	t.Row("  exceptions (each needs a person)", rec(func(r Reconciliation) int { return r.ExceptionTotal() }))
 	for _, k := range exceptionKinds {
-		t.row("    "+k, rec(func(r Reconciliation) int { return r.Exceptions[k] }))
+		t.Row("    "+k, rec(func(r Reconciliation) int { return r.Exceptions[k] }))
 	}
-	var currencies []string
-	for _, c := range cols {
-		for _, m := range c.Report.Money {
-			if !slices.Contains(currencies, m.Currency) {
-				currencies = append(currencies, m.Currency)
-			}
-		}
-	}
-	slices.Sort(currencies)
-	for _, cur := range currencies {
+	for _, cur := range currencies(cols) {
 		money := func(f func(Money) int64) []string {
 			out := make([]string, len(cols))
 			for i, c := range cols {
@@ -60,7 +51,7 @@ func booksRows(t *table, cols []Column) {
 			}
 			return out
 		}
-		t.row("  "+cur+" accepted by the rail for our payouts", money(func(m Money) int64 { return m.AcceptedForPayouts }))
-		t.row("  "+cur+" booked in the ledger (must equal the above)", money(func(m Money) int64 { return m.Booked }))
+		t.Row("  "+cur+" accepted by the rail for our payouts", money(func(m Money) int64 { return m.AcceptedForPayouts }))
+		t.Row("  "+cur+" booked in the ledger (must equal the above)", money(func(m Money) int64 { return m.Booked }))
 	}
 }

@@ -2,11 +2,14 @@ package invariants
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
 )
 
 // Column is one run in a table of reports.
@@ -42,10 +45,9 @@ func fencingTitle(on bool) string {
 // its invariant with the invariant's verdict, then the violations of each column.
 // A failing check shows "FAIL n"; a check reported for information shows its count.
 func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
-	var t table
-	t.head = make([]string, len(cols))
+	t := Table{Head: make([]string, len(cols))}
 	for i, c := range cols {
-		t.head[i] = c.Title
+		t.Head[i] = c.Title
 	}
 	each := func(f func(Report) string) []string {
 		out := make([]string, len(cols))
@@ -59,41 +61,32 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 	}
 
 	for _, x := range extra {
-		t.row(x.Label, x.Values)
+		t.Row(x.Label, x.Values)
 	}
 	if len(extra) > 0 {
-		t.gap()
+		t.Gap()
 	}
-	t.row("payouts", num(func(r Report) int { return r.Payouts.Total }))
-	t.row("  PAID", num(func(r Report) int { return r.Payouts.Paid }))
-	t.row("  DECLINED", num(func(r Report) int { return r.Payouts.Declined }))
-	t.row("  AMBIGUOUS (reconcile from the rail's records)", num(func(r Report) int { return r.Payouts.Ambiguous }))
-	t.row("  NOT_PRESENTED (the rail never got them)", num(func(r Report) int { return r.Payouts.NotPresented }))
-	t.row("  not settled (PENDING, CLAIMED)", num(func(r Report) int { return r.Payouts.Pending + r.Payouts.Claimed }))
-	t.row("rail calls (what the rail was presented)", num(func(r Report) int { return r.RailCalls.Total }))
-	t.row("  accepted (money moved)", num(func(r Report) int { return r.RailCalls.Accepted }))
-	t.row("    of which the reply was dropped", num(func(r Report) int { return r.RailCalls.Dropped }))
-	t.row("  declined", num(func(r Report) int { return r.RailCalls.Declined }))
-	t.row("rail_submission rows (admission attempts)", num(func(r Report) int { return r.Submissions.Total }))
-	t.row("  admitted (intent committed)", num(func(r Report) int { return r.Submissions.Admitted }))
-	t.row("    ACKED", num(func(r Report) int { return r.Submissions.Acked }))
-	t.row("    REJECTED", num(func(r Report) int { return r.Submissions.Rejected }))
-	t.row("    TIMEOUT", num(func(r Report) int { return r.Submissions.Timeout }))
-	t.row("    UNSENT", num(func(r Report) int { return r.Submissions.Unsent }))
-	t.row("    unresolved", num(func(r Report) int { return r.Submissions.Unresolved }))
-	t.row("  FENCED (refused at the gate, rail not called)", num(func(r Report) int { return r.Submissions.Fenced }))
-	t.row("  DUPLICATE (payout already attempted)", num(func(r Report) int { return r.Submissions.Duplicate }))
+	t.Row("payouts", num(func(r Report) int { return r.Payouts.Total }))
+	t.Row("  PAID", num(func(r Report) int { return r.Payouts.Paid }))
+	t.Row("  DECLINED", num(func(r Report) int { return r.Payouts.Declined }))
+	t.Row("  AMBIGUOUS (reconcile from the rail's records)", num(func(r Report) int { return r.Payouts.Ambiguous }))
+	t.Row("  NOT_PRESENTED (the rail never got them)", num(func(r Report) int { return r.Payouts.NotPresented }))
+	t.Row("  not settled (PENDING, CLAIMED)", num(func(r Report) int { return r.Payouts.Pending + r.Payouts.Claimed }))
+	t.Row("rail calls (what the rail was presented)", num(func(r Report) int { return r.RailCalls.Total }))
+	t.Row("  accepted (money moved)", num(func(r Report) int { return r.RailCalls.Accepted }))
+	t.Row("    of which the reply was dropped", num(func(r Report) int { return r.RailCalls.Dropped }))
+	t.Row("  declined", num(func(r Report) int { return r.RailCalls.Declined }))
+	t.Row("rail_submission rows (admission attempts)", num(func(r Report) int { return r.Submissions.Total }))
+	t.Row("  admitted (intent committed)", num(func(r Report) int { return r.Submissions.Admitted }))
+	t.Row("    ACKED", num(func(r Report) int { return r.Submissions.Acked }))
+	t.Row("    REJECTED", num(func(r Report) int { return r.Submissions.Rejected }))
+	t.Row("    TIMEOUT", num(func(r Report) int { return r.Submissions.Timeout }))
+	t.Row("    UNSENT", num(func(r Report) int { return r.Submissions.Unsent }))
+	t.Row("    unresolved", num(func(r Report) int { return r.Submissions.Unresolved }))
+	t.Row("  FENCED (refused at the gate, rail not called)", num(func(r Report) int { return r.Submissions.Fenced }))
+	t.Row("  DUPLICATE (payout already attempted)", num(func(r Report) int { return r.Submissions.Duplicate }))
 
-	var currencies []string
-	for _, c := range cols {
-		for _, m := range c.Report.Money {
-			if !slices.Contains(currencies, m.Currency) {
-				currencies = append(currencies, m.Currency)
-			}
-		}
-	}
-	slices.Sort(currencies)
-	for _, cur := range currencies {
+	for _, cur := range currencies(cols) {
 		money := func(f func(Money) int64) []string {
 			return each(func(r Report) string {
 				for _, m := range r.Money {
@@ -104,29 +97,29 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 				return "0"
 			})
 		}
-		t.row("money, "+cur+" minor units: accepted by the rail", money(func(m Money) int64 { return m.RailAccepted }))
-		t.row("  for PAID payouts", money(func(m Money) int64 { return m.AcceptedPaid }))
-		t.row("  booked in the ledger (must equal the line above)", money(func(m Money) int64 { return m.Booked }))
-		t.row("  for AMBIGUOUS payouts (moved, not booked)", money(func(m Money) int64 { return m.AcceptedAmbiguous }))
-		t.row("  paid twice or more (double payments)", money(func(m Money) int64 { return m.DoublePaid }))
-		t.row("  for other payouts", money(func(m Money) int64 { return m.AcceptedOther }))
+		t.Row("money, "+cur+" minor units: accepted by the rail", money(func(m Money) int64 { return m.RailAccepted }))
+		t.Row("  for PAID payouts", money(func(m Money) int64 { return m.AcceptedPaid }))
+		t.Row("  booked in the ledger (must equal the line above)", money(func(m Money) int64 { return m.Booked }))
+		t.Row("  for AMBIGUOUS payouts (moved, not booked)", money(func(m Money) int64 { return m.AcceptedAmbiguous }))
+		t.Row("  paid twice or more (double payments)", money(func(m Money) int64 { return m.DoublePaid }))
+		t.Row("  for other payouts", money(func(m Money) int64 { return m.AcceptedOther }))
 	}
 
 	booksRows(&t, cols) // books_table.go
-	t.gap()
+	t.Gap()
 	for _, v := range orderedInvariants(cols) {
 		label := fmt.Sprintf("%d %s", v, invariantName(v))
 		if v == 0 {
 			label = invariantName(v)
 		}
-		t.row(label, each(func(r Report) string {
+		t.Row(label, each(func(r Report) string {
 			if r.Held(v) {
 				return "held"
 			}
 			return "BROKEN"
 		}))
 		for _, ch := range checksOf(cols, v) {
-			t.row("  "+ch.Title, each(func(r Report) string {
+			t.Row("  "+ch.Title, each(func(r Report) string {
 				for _, c := range r.Checks {
 					if c.ID != ch.ID {
 						continue
@@ -140,8 +133,8 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 			}))
 		}
 	}
-	t.gap()
-	t.row("verdict", each(func(r Report) string {
+	t.Gap()
+	t.Row("verdict", each(func(r Report) string {
 		if r.OK() {
 			return "PASS"
 		}
@@ -157,7 +150,9 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 	}))
 
 	bw := bufio.NewWriter(w)
-	t.write(bw)
+	if err := t.Write(bw); err != nil {
+		return err
+	}
 	for _, c := range cols {
 		vs := c.Report.Violations
 		if len(vs) == 0 {
@@ -193,6 +188,20 @@ func (f Finding) String() string {
 	return fmt.Sprintf("%s [%s]: %s", f.Check, strings.Join(where, " "), f.Detail)
 }
 
+// currencies are the currencies of any column's money, sorted.
+func currencies(cols []Column) []string {
+	var out []string
+	for _, c := range cols {
+		for _, m := range c.Report.Money {
+			if !slices.Contains(out, m.Currency) {
+				out = append(out, m.Currency)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func orderedInvariants(cols []Column) []int {
 	var out []int
 	for _, c := range cols {
@@ -218,63 +227,63 @@ func checksOf(cols []Column, n int) []Check {
 	return out
 }
 
-type tableRow struct {
-	label  string
-	values []string
-	gap    bool
+// Table is a table of labelled rows with one column of values per run (a
+// report, a system), as the demo's reports print them: the head, a rule as
+// wide as the table, then the rows, a gap a blank line. text/tabwriter lines
+// the columns up, over the whole table, gaps included.
+type Table struct {
+	Head []string   // one title per column of values
+	rows [][]string // label then values; nil for a gap
 }
 
-type table struct {
-	head []string
-	rows []tableRow
+// Row adds a line: its label, then one value per column (missing values are
+// blank, values past the last column dropped).
+func (t *Table) Row(label string, values []string) {
+	row := make([]string, len(t.Head)+1)
+	row[0] = label
+	copy(row[1:], values)
+	t.rows = append(t.rows, row)
 }
 
-func (t *table) row(label string, values []string) {
-	t.rows = append(t.rows, tableRow{label: label, values: values})
-}
+// Gap adds a blank line.
+func (t *Table) Gap() { t.rows = append(t.rows, nil) }
 
-func (t *table) gap() { t.rows = append(t.rows, tableRow{gap: true}) }
-
-func (t *table) write(w io.Writer) {
-	lw := 0
-	cw := make([]int, len(t.head))
-	for i, h := range t.head {
-		cw[i] = max(len(h), 6)
-	}
+// Write writes the table to w.
+func (t *Table) Write(w io.Writer) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, minColumn, 0, columnGap, ' ', 0)
+	// Every cell ends in a tab, so that the last column is lined up too. The
+	// writes go to a bytes.Buffer, on Flush: they cannot fail before it.
+	cells := func(row []string) { _, _ = io.WriteString(tw, strings.Join(row, "\t")+"\t\n") }
+	cells(append([]string{""}, t.Head...))
+	blank := make([]string, len(t.Head)+1) // a gap keeps the columns' cells
 	for _, r := range t.rows {
-		lw = max(lw, len(r.label))
-		for i, v := range r.values {
-			if i < len(cw) {
-				cw[i] = max(cw[i], len(v))
-			}
+		if r == nil {
+			r = blank
 		}
+		cells(r)
 	}
-	line := func(label string, values []string) {
-		var b strings.Builder
-		b.WriteString(label)
-		b.WriteString(strings.Repeat(" ", lw-len(label)))
-		for i, width := range cw {
-			v := ""
-			if i < len(values) {
-				v = values[i]
-			}
-			b.WriteString("   ")
-			b.WriteString(strings.Repeat(" ", width-len(v)))
-			b.WriteString(v)
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("table: %w", err)
 	}
-	line("", t.head)
-	total := lw
-	for _, width := range cw {
-		total += 3 + width
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	width := 0
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+		width = max(width, utf8.RuneCountInString(lines[i]))
 	}
-	fmt.Fprintln(w, strings.Repeat("-", total))
-	for _, r := range t.rows {
-		if r.gap {
-			fmt.Fprintln(w)
-			continue
-		}
-		line(r.label, r.values)
+	var out strings.Builder
+	out.WriteString(lines[0] + "\n" + strings.Repeat("-", width) + "\n")
+	for _, l := range lines[1:] {
+		out.WriteString(l + "\n")
 	}
+	_, err := io.WriteString(w, out.String())
+	return err
 }
+
+// The table's look: a value column is at least minColumn wide, and columnGap
+// spaces part two columns.
+const (
+	minColumn = 6
+	columnGap = 3
+)
