@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -149,7 +150,7 @@ func TestLateReplyIsBookedBeforeTheReply(t *testing.T) {
 		_, err := send(ctx, http.DefaultClient, ts.URL, http.MethodPost, "/rail/v1/payments", "application/json", body)
 		done <- err
 	}()
-	waitFor(t, "the call to be booked", func() bool { return len(calls(t, ts)) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the call to be booked", func() bool { return len(calls(t, ts)) == 1 })
 	select {
 	case err := <-done:
 		t.Fatalf("the reply arrived before the test looked (err %v); latency was not applied", err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -102,7 +103,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
 	c := NewClient("http://" + ln.Addr().String() + "/")
-	waitFor(t, "the stub to be healthy", func() bool { return c.Health(t.Context()) == nil })
+	testkit.Eventually(t, 5*time.Second, "the stub to be healthy", func() bool { return c.Health(t.Context()) == nil })
 	reply, err := c.Pay(t.Context(), payment("p-1"))
 	if err != nil || reply.Status != ResultAccepted {
 		t.Fatalf("Pay = %+v, %v", reply, err)
@@ -173,13 +174,13 @@ func TestShutdownDrainsDelayedReplies(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- Run(ctx, cfg) }()
 			c := NewClient("http://" + ln.Addr().String())
-			waitFor(t, "the stub to be healthy", func() bool { return c.Health(t.Context()) == nil })
+			testkit.Eventually(t, 5*time.Second, "the stub to be healthy", func() bool { return c.Health(t.Context()) == nil })
 			paid := make(chan error, 1)
 			go func() {
 				_, err := c.Pay(t.Context(), payment("p-1"))
 				paid <- err
 			}()
-			waitFor(t, "the call to be booked", func() bool { cs, err := c.Calls(t.Context()); return err == nil && len(cs) == 1 })
+			testkit.Eventually(t, 5*time.Second, "the call to be booked", func() bool { cs, err := c.Calls(t.Context()); return err == nil && len(cs) == 1 })
 			cancel()
 			err = <-paid
 			if tc.wantDrop != isDropped(err) || (!tc.wantDrop && err != nil) {
