@@ -3,19 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 )
 
 // secret is the password in the URLs given to the binary: it must never show.
@@ -26,34 +25,10 @@ const secret = "s3cr3t-Pw"
 const runMainEnv = "RAIL_PROXY_RUN_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) != "" {
-		for i, a := range os.Args {
-			if a == "--" {
-				os.Args = append([]string{"rail-proxy"}, os.Args[i+1:]...)
-				break
-			}
-		}
-		main()
+	if testkit.RunMainIfChild(runMainEnv, "rail-proxy", main) {
 		return
 	}
 	os.Exit(pgtest.Main(m))
-}
-
-func command(env []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
-	cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), env...)
-	return cmd
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }
 
 // The binary's surface (docs/contracts/configuration.md): --help lists every setting and exits 0; a bad
@@ -62,9 +37,9 @@ func exitCode(err error) int {
 // then runs and a SIGTERM ends it with exit 0.
 func TestBinary(t *testing.T) {
 	var out bytes.Buffer
-	cmd := command(nil, "--help")
+	cmd := testkit.MainCommand(runMainEnv, nil, "--help")
 	cmd.Stdout = &out
-	if err := cmd.Run(); exitCode(err) != 0 || !strings.Contains(out.String(), "RAIL_PROXY_INTERRUPTED_AFTER") ||
+	if err := cmd.Run(); testkit.ExitCode(err) != 0 || !strings.Contains(out.String(), "RAIL_PROXY_INTERRUPTED_AFTER") ||
 		!strings.Contains(out.String(), "RAIL_READ_TIMEOUT") {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
@@ -81,11 +56,11 @@ func TestBinary(t *testing.T) {
 		{nil, []string{"--paydb-url=host=x port=notaport password=" + secret}},
 	} {
 		var stdout, stderr bytes.Buffer
-		cmd := command(c.env, c.args...)
+		cmd := testkit.MainCommand(runMainEnv, c.env, c.args...)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
-			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
+		if testkit.ExitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, testkit.ExitCode(err), stderr.String())
 		}
 		if strings.Contains(stderr.String()+stdout.String(), secret) {
 			t.Errorf("%v %v: the password is shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
@@ -108,17 +83,17 @@ func TestBinary(t *testing.T) {
 	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info", "UNSAFE_NON_DURABLE_DB=true",
 		"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1"}
 	var stderr bytes.Buffer
-	cmd = command(env, "serve")
+	cmd = testkit.MainCommand(runMainEnv, env, "serve")
 	cmd.Stderr = &stderr
 	cmd.Stdout = io.Discard
-	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "rail-proxy migrate") || strings.Contains(stderr.String(), secret) {
-		t.Fatalf("serve on an empty paydb: exit %d, %s", exitCode(err), stderr.String())
+	if err := cmd.Run(); testkit.ExitCode(err) != 1 || !strings.Contains(stderr.String(), "rail-proxy migrate") || strings.Contains(stderr.String(), secret) {
+		t.Fatalf("serve on an empty paydb: exit %d, %s", testkit.ExitCode(err), stderr.String())
 	}
-	if err := command(env, "migrate").Run(); err != nil {
+	if err := testkit.MainCommand(runMainEnv, env, "migrate").Run(); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 
-	cmd = command(env)
+	cmd = testkit.MainCommand(runMainEnv, env)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,19 +106,14 @@ func TestBinary(t *testing.T) {
 		}
 		close(lines)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if it never becomes live
+	testkit.Eventually(t, 20*time.Second, "serve to become live", func() bool {
 		resp, err := http.Get("http://" + addr + "/livez")
 		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatal("serve did not become live")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	// Readiness is DOWN (the rail is not there) and says so without details.
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil {
@@ -165,7 +135,7 @@ func TestBinary(t *testing.T) {
 			t.Errorf("log line shows the password: %s", l)
 		}
 	}
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Fatalf("after SIGTERM: exit %d", exitCode(err))
+	if err := cmd.Wait(); testkit.ExitCode(err) != 0 {
+		t.Fatalf("after SIGTERM: exit %d", testkit.ExitCode(err))
 	}
 }

@@ -3,18 +3,17 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 )
 
 // With runMainEnv set the test binary is the reconciler itself: main() with the
@@ -22,34 +21,10 @@ import (
 const runMainEnv = "RECONCILER_RUN_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) != "" {
-		for i, a := range os.Args {
-			if a == "--" {
-				os.Args = append([]string{"reconciler"}, os.Args[i+1:]...)
-				break
-			}
-		}
-		main()
+	if testkit.RunMainIfChild(runMainEnv, "reconciler", main) {
 		return
 	}
 	os.Exit(pgtest.Main(m))
-}
-
-func command(env []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
-	cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), env...)
-	return cmd
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }
 
 const token = "PAYMENT_SETTLE_TOKEN=binary-test-token-0123456789"
@@ -64,9 +39,9 @@ const badURLSecret = "s3cr3t-in-the-url"
 
 func TestBinary(t *testing.T) {
 	var out bytes.Buffer
-	cmd := command(nil, "--help")
+	cmd := testkit.MainCommand(runMainEnv, nil, "--help")
 	cmd.Stdout = &out
-	if err := cmd.Run(); exitCode(err) != 0 {
+	if err := cmd.Run(); testkit.ExitCode(err) != 0 {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{"RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL",
@@ -88,11 +63,11 @@ func TestBinary(t *testing.T) {
 		{[]string{"PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, []string{"migrate"}},
 	} {
 		var stdout, stderr bytes.Buffer
-		cmd := command(c.env, c.args...)
+		cmd := testkit.MainCommand(runMainEnv, c.env, c.args...)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		if exitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
-			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, exitCode(err), stderr.String())
+		if testkit.ExitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, testkit.ExitCode(err), stderr.String())
 		}
 		if strings.Contains(stdout.String()+stderr.String(), badURLSecret) {
 			t.Errorf("%v %v: the password was shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
@@ -108,27 +83,27 @@ func TestBinary(t *testing.T) {
 	_ = ln.Close()
 	env := []string{"PAYDB_URL=" + dbURL, "RECONCILER_ADDR=" + addr, "LOG_LEVEL=debug", token}
 	var stderr bytes.Buffer
-	cmd = command(env, "serve")
+	cmd = testkit.MainCommand(runMainEnv, env, "serve")
 	cmd.Stderr = &stderr
 	cmd.Stdout = io.Discard
-	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "reconciler migrate") {
-		t.Fatalf("serve on an empty paydb: exit %d, %s", exitCode(err), stderr.String())
+	if err := cmd.Run(); testkit.ExitCode(err) != 1 || !strings.Contains(stderr.String(), "reconciler migrate") {
+		t.Fatalf("serve on an empty paydb: exit %d, %s", testkit.ExitCode(err), stderr.String())
 	}
-	if err := command([]string{"PAYDB_URL=" + dbURL}, "migrate").Run(); err != nil {
+	if err := testkit.MainCommand(runMainEnv, []string{"PAYDB_URL=" + dbURL}, "migrate").Run(); err != nil {
 		t.Fatalf("migrate without a token: %v", err)
 	}
 
 	// The test cluster runs with fsync off: refused (exit 1, naming the setting)
 	// without UNSAFE_NON_DURABLE_DB, served with it.
 	stderr.Reset()
-	cmd = command(env)
+	cmd = testkit.MainCommand(runMainEnv, env)
 	cmd.Stderr = &stderr
 	cmd.Stdout = io.Discard
-	if err := cmd.Run(); exitCode(err) != 1 || !strings.Contains(stderr.String(), "UNSAFE_NON_DURABLE_DB") {
-		t.Fatalf("serve on a paydb with fsync off: exit %d, %s", exitCode(err), stderr.String())
+	if err := cmd.Run(); testkit.ExitCode(err) != 1 || !strings.Contains(stderr.String(), "UNSAFE_NON_DURABLE_DB") {
+		t.Fatalf("serve on a paydb with fsync off: exit %d, %s", testkit.ExitCode(err), stderr.String())
 	}
 	env = append(env, "UNSAFE_NON_DURABLE_DB=true")
-	cmd = command(env)
+	cmd = testkit.MainCommand(runMainEnv, env)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -141,19 +116,14 @@ func TestBinary(t *testing.T) {
 		}
 		close(lines)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if it never becomes live
+	testkit.Eventually(t, 20*time.Second, "serve to become live", func() bool {
 		resp, err := http.Get("http://" + addr + "/livez")
 		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatal("serve did not become live")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +133,7 @@ func TestBinary(t *testing.T) {
 			t.Errorf("log line without service=reconciler, or with the token: %s", l)
 		}
 	}
-	if err := cmd.Wait(); exitCode(err) != 0 {
-		t.Fatalf("after SIGTERM: exit %d", exitCode(err))
+	if err := cmd.Wait(); testkit.ExitCode(err) != 0 {
+		t.Fatalf("after SIGTERM: exit %d", testkit.ExitCode(err))
 	}
 }
