@@ -14,19 +14,37 @@ import (
 	"lock.dev/lockapi"
 )
 
-// admitter runs the four steps of docs/contracts/rail-proxy.md for one submission, in this
-// order, every time:
+// admitter runs the four steps of docs/contracts/rail-proxy.md ("The admission,
+// in four steps") for one submission, in this order, every time:
 //
-//  1. Fence first: the pinned upsert of rail_high_water, strict `<`.
-//  2. Duplicate check: the intent insert, judged by rail_submission_attempt_uidx.
+//  1. Fence first: the account's mark in rail_high_water is read, compared and
+//     advanced in one statement on paydb's primary, strict `<`. A token that
+//     does not pass is answered FENCED_OUT (unless fencing is switched off)
+//     and the rail is not called.
+//  2. Duplicate check: the intent insert, judged by rail_submission_attempt_uidx
+//     (the index decides, never a prior read).
 //  3. Intent before socket: that row is committed, outcome NULL, before any
 //     connection to the rail is opened.
-//  4. Forward exactly once, and resolve the row in a second transaction.
+//  4. Forward exactly once (railClient.Pay, railclient.go), and resolve the row
+//     in a second transaction (resolveOnce, below).
 //
-// Steps 1–3 are one transaction (Store.Admit); step 4 is railClient.Pay and then
-// the resolving write. There is no retry of the rail call anywhere, for any
-// outcome: a timeout means unknown, never failed, and a second call could be a
-// second payment (docs/contracts/rail-proxy.md).
+// Steps 1–3 are one transaction, started by admit (group.go). The fence is
+// compared in exactly two places, which give the same verdicts
+// (TestGroupAdmissionEqualsOneByOne, TestFenceRunsBeforeIntentInBothModes):
+//
+//   - One by one: admitSQL in store.go, the pinned upsert
+//     `WHERE rail_high_water.highest_token < EXCLUDED.highest_token`, run by
+//     Store.Admit and admitOn. It serves RAIL_PROXY_MAX_GROUP=1, a group of
+//     one, and every member a group left alone (admitAlone).
+//   - In a group (RAIL_PROXY_MAX_GROUP > 1, the default): admit (group.go)
+//     queues the submission; admitWorker → admitGroupGuarded (worker.go) →
+//     admitGroupOn (groupstore.go) calls paydb's rail_admit_group_skip_locked,
+//     defined in internal/paydb/migrations/00007_rail_admit_group_skip_locked.sql,
+//     where the comparison is the line `v_passed[j] := v_marks[k] < p_token[i]`.
+//
+// There is no retry of the rail call anywhere, for any outcome: a timeout means
+// unknown, never failed, and a second call could be a second payment
+// (docs/contracts/rail-proxy.md, "The rail call").
 type admitter struct {
 	store   *Store
 	rail    *railClient
@@ -53,7 +71,7 @@ type admitter struct {
 }
 
 // lateMargin is how long before a row's interrupt_at the proxy stops trying to
-// write the outcome it knows: "shortly before" (docs/contracts/rail-proxy.md "Interrupted intents"), so
+// write the outcome it knows: "shortly before" (docs/contracts/rail-proxy.md, "Interrupted intents"), so
 // that the janitor only ever takes over the rows of a proxy that is really gone,
 // and a write still running when the janitor looks is one of its own bounded
 // attempts, not an open-ended one.
@@ -94,8 +112,9 @@ type reply struct {
 // Submit admits, forwards and resolves one submission. The caller's
 // cancellation never reaches the work: once a submission is being admitted it
 // is carried through to its answer, because abandoning it half-way would leave a
-// committed intent whose rail call was cut short (docs/contracts/rail-proxy.md: "the caller's cancellation
-// never aborts a rail call or a resolution"). Every wait below has its own bound.
+// committed intent whose rail call was cut short ("the caller's cancellation
+// never aborts a rail call or a resolution", docs/contracts/rail-proxy.md).
+// Every wait below has its own bound (TestCallerCancellationDoesNotAbortRailCall).
 func (a *admitter) Submit(ctx context.Context, sub Submission) reply {
 	start := time.Now()
 	a.active.Add(1)
@@ -198,7 +217,8 @@ func (a *admitter) alreadyResolved(sub Submission, id int64, res resolution, row
 
 // logResolved writes the log lines of a forwarded submission whose resolving
 // write went through: rail_ambiguous or rail_unavailable when the call says so,
-// and submission_resolved when this write resolved the row (docs/contracts/observability.md).
+// and submission_resolved when this write resolved the row
+// (docs/contracts/observability.md).
 func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res resolution, wrote bool, took time.Duration) {
 	switch res.outcome {
 	case lockapi.OutcomeTimeout:
@@ -226,12 +246,10 @@ func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res reso
 }
 
 // The paths below are methods of their own, not parts of submit: a goroutine
-// waits inside submit for the rail (up to RAIL_READ_TIMEOUT, 2,000 of them at
-// once under the bench's burst), and each log call's arguments are laid out in
-// its caller's stack frame. Kept in submit they made its frame 2.5 KiB, held
-// for the whole wait, and took many of those goroutines' stacks from 8 to 16 KiB
-// (TestInflightSubmissionsKeepSmallStacks; docs/contracts/rail-proxy.md
-// #performance, memory).
+// waits inside submit for the rail, up to RAIL_READ_TIMEOUT, and each log call's
+// arguments are laid out in its caller's stack frame, held for that whole wait.
+// Out of line they keep that frame, and the goroutine's stack, small
+// (TestInflightSubmissionsKeepSmallStacks).
 
 // fenced answers a submission whose token did not pass the fence.
 func (a *admitter) fenced(sub Submission, adm Admission) reply {
@@ -269,7 +287,8 @@ func (a *admitter) duplicate(sub Submission, adm Admission) reply {
 		lockapi.CodeDuplicateSubmission, "this payout already has a forwardable attempt; it is never presented to the rail twice", m)}
 }
 
-// answer maps a resolved outcome to the reply docs/contracts/rail-proxy.md pins for it.
+// answer maps a resolved outcome to the reply docs/contracts/rail-proxy.md
+// ("Answers") pins for it.
 func (a *admitter) answer(sub Submission, id int64, outcome string, railRef, reason *string) reply {
 	switch outcome {
 	case lockapi.OutcomeAcked:
@@ -308,10 +327,11 @@ type resolution struct {
 	unsureBackend uint32
 }
 
-// resolveOnce makes one attempt at the resolving write (the conditional UPDATE of docs/contracts/database.md:
-// it only touches an unresolved row, so any number of attempts is safe), bounded
-// by bound. wrote is false when the row was found already resolved; row then
-// says by whom to what. ErrNoRow: there is no such row.
+// resolveOnce makes one attempt at the resolving write (the conditional UPDATE
+// of docs/contracts/database.md: it only touches an unresolved row, so any
+// number of attempts is safe), bounded by bound. wrote is false when the row
+// was found already resolved; row then says by whom to what. ErrNoRow: there is
+// no such row.
 func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.Duration) (row Attempt, wrote bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()

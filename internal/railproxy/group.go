@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Group admission and group resolution (docs/contracts/rail-proxy.md
-// #group-admission). Submissions waiting at the same moment share one admission
+// Group admission and group resolution (docs/contracts/rail-proxy.md, "Group
+// admission"; admission.go lists the steps and both places the fence is compared). Submissions waiting at the same moment share one admission
 // transaction — one round trip, one commit, one WAL flush — and resolving writes
 // ready at the same moment share one statement. First come, first served, and no
 // timer: a worker that gets a paydb connection takes whatever is queued (at most
@@ -31,17 +31,13 @@ const MaxMaxGroup = 1000
 // admitWorkers is how many admission transactions one replica runs at once:
 // one. While it runs, the submissions that arrive queue and form the next group,
 // so the group is as large as the load makes it and paydb pays one transaction,
-// one commit and one WAL flush per group. A second worker halves the groups and
-// buys no throughput: on the 2-core bench (docs/contracts/rail-proxy.md
-// #group-admission, one run each, same build) one worker gave proxy/ceiling 0.80
-// and 0.85 with groups of 9 and PostgreSQL CPU per submission 0.47–0.55 × the
-// ceiling's; two gave 0.71 and 0.72 (groups of 5, 0.62–0.77); four 0.65 (0.74);
-// eight, the earlier default, 0.60 (0.92).
+// one commit and one WAL flush per group. A second worker halves the groups,
+// costs paydb CPU per submission and buys no throughput
+// (docs/contracts/rail-proxy.md, "Group admission").
 const admitWorkers = 1
 
 // resolveWorkers is the same for resolving writes: one statement at a time, the
-// writes that come meanwhile forming the next (groups of about 6 on the bench,
-// against 4 with two workers).
+// writes that come meanwhile forming the next.
 const resolveWorkers = 1
 
 // admitWait is one submission queued for admission.
@@ -65,7 +61,7 @@ type resolveResult struct {
 
 // groups is the admitter's two queues and their workers.
 type groups struct {
-	maxGroup int // RAIL_PROXY_MAX_GROUP; 1 = one by one, the statements of docs/contracts/database.md verbatim
+	maxGroup int // RAIL_PROXY_MAX_GROUP; 1 = one by one, the pinned statements verbatim
 
 	mu             sync.Mutex
 	admits         []*admitWait
@@ -103,18 +99,10 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 		return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
 	}
 	g := a.groups
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(AdmissionBound)
-	}
-	w := &admitWait{sub: sub, deadline: dl, done: make(chan MemberResult, 1)}
-	g.mu.Lock()
-	g.admits = append(g.admits, w)
-	if g.admitRunning < admitWorkers {
-		g.admitRunning++
+	w := &admitWait{sub: sub, deadline: deadlineOr(ctx, AdmissionBound), done: make(chan MemberResult, 1)}
+	if enqueue(g, &g.admits, w, &g.admitRunning, admitWorkers) {
 		go a.admitWorker()
 	}
-	g.mu.Unlock()
 	// The member waits for its group's truth whatever happens to its caller: once
 	// its group runs, its row may be committed.
 	r := <-w.done
@@ -126,6 +114,27 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 		return a.admitAlone(ctx, sub)
 	}
 	return r.Admission, r.Err
+}
+
+// deadlineOr is ctx's deadline, or d from now when ctx has none.
+func deadlineOr(ctx context.Context, d time.Duration) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(d)
+}
+
+// enqueue appends w to the queue q under g.mu and says whether the caller is to
+// start a worker for it: fewer than workers run (*running counts them, and is
+// counted up here for the worker to be started).
+func enqueue[W any](g *groups, q *[]*W, w *W, running *int, workers int) (start bool) {
+	g.mu.Lock()
+	*q = append(*q, w)
+	if start = *running < workers; start {
+		*running++
+	}
+	g.mu.Unlock()
+	return start
 }
 
 // admitAlone admits sub one by one (the pinned statements, Store.Admit), which
@@ -189,7 +198,7 @@ func (g *groups) enterAlone(ctx context.Context, account string, slots int) (lea
 // first and forms the group once it has one: everything that queued meanwhile
 // rides along.
 func (a *admitter) admitWorker() {
-	defer a.replaceAdmitWorker() // worker.go
+	defer a.replaceWorker(workerAdmission) // worker.go
 	g := a.groups
 	for {
 		g.mu.Lock()
@@ -300,25 +309,17 @@ func dropFront[T any](q []*T, n int) []*T {
 }
 
 // resolve makes one resolving write, bounded by ctx's deadline: alone with
-// RAIL_PROXY_MAX_GROUP=1 (the pinned statement of docs/contracts/database.md), else in whatever group forms.
+// RAIL_PROXY_MAX_GROUP=1 (the pinned statement), else in whatever group forms.
 func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 	if !a.grouped() {
 		a.metrics.resolveGroupSize.Observe(1)
 		return a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
 	}
 	g := a.groups
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(ResolveBound)
-	}
-	w := &resolveWait{res: res, deadline: dl, done: make(chan resolveResult, 1)}
-	g.mu.Lock()
-	g.resolves = append(g.resolves, w)
-	if g.resolveRunning < resolveWorkers {
-		g.resolveRunning++
+	w := &resolveWait{res: res, deadline: deadlineOr(ctx, ResolveBound), done: make(chan resolveResult, 1)}
+	if enqueue(g, &g.resolves, w, &g.resolveRunning, resolveWorkers) {
 		go a.resolveWorker()
 	}
-	g.mu.Unlock()
 	r := <-w.done
 	return r.wrote, r.err
 }
@@ -326,7 +327,7 @@ func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 // resolveWorker makes the queued resolving writes, a group per statement, until
 // the queue is empty.
 func (a *admitter) resolveWorker() {
-	defer a.replaceResolveWorker() // worker.go
+	defer a.replaceWorker(workerResolution) // worker.go
 	g := a.groups
 	for {
 		g.mu.Lock()

@@ -15,12 +15,16 @@ import (
 )
 
 // This file and store.go are the only ones that speak SQL or know pgx: the
-// group forms of admission and resolution (docs/contracts/rail-proxy.md
-// #group-admission).
+// group forms of admission and resolution (docs/contracts/rail-proxy.md, "Group
+// admission"; admission.go names both places the fence is compared).
 
-// admitGroupSQL calls paydb's rail_admit_group_skip_locked (migration 00007):
-// steps 1–2 for the whole group, in one statement, never waiting for a mark row
-// another transaction holds: those members come back deferred.
+// admitGroupSQL calls paydb's rail_admit_group_skip_locked, defined in
+// internal/paydb/migrations/00007_rail_admit_group_skip_locked.sql: steps 1–2
+// for the whole group, in one statement, never waiting for a mark row another
+// transaction holds (those members come back deferred). The fence is its line
+// `v_passed[j] := v_marks[k] < p_token[i]`: the mark each member meets is its
+// account's as the group's earlier members left it, so the verdicts are those
+// of admitSQL one by one (TestGroupAdmissionEqualsOneByOne).
 const admitGroupSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
   FROM rail_admit_group_skip_locked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
@@ -279,9 +283,10 @@ func lockNotAvailable(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
-// resolveGroupSQL is the pinned resolution of docs/contracts/database.md for many rows in one statement: the
-// same conditional `outcome IS NULL`, so it is idempotent and never overwrites
-// what someone else wrote; the rows it changed come back.
+// resolveGroupSQL is the pinned resolution (docs/contracts/database.md) for
+// many rows in one statement: the same conditional `outcome IS NULL`, so it is
+// idempotent and never overwrites what someone else wrote; the rows it changed
+// come back.
 const resolveGroupSQL = `
 UPDATE rail_submission s
    SET outcome = u.o, rail_reference = u.r, decline_reason = u.d, resolved_at = clock_timestamp()

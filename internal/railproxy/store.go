@@ -127,27 +127,33 @@ func (s *Store) InRecovery(ctx context.Context) (bool, error) {
 // Ping checks that paydb answers (readiness component db).
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
-// admitSQL is steps 1 and 2 in one statement, so the whole decision costs one
-// round trip. The fence is the pinned upsert of docs/contracts/database.md, verbatim, strict `<`. The intent
-// insert reads the fence's RETURNING, so it runs after the upsert has taken the
-// account's row lock: admissions of one account are serialised by that lock and
-// their submission_ids follow admission order. ON CONFLICT names the unique
-// index's predicate, so the verdict "duplicate" is the index's own: a concurrent
-// uncommitted intent for the same payout makes this insert wait for it, and a
-// prior SELECT could never do that. When the intent is not inserted, the attempt is
-// still recorded, already resolved, as FENCED (the fence refused it) or DUPLICATE
-// (the fence passed, the index refused it); the mark it advanced stays advanced.
-// $9 is the fencing switch: false admits a refused token anyway. The gate is
-// written so the planner cannot fold it: `EXISTS (fence) OR NOT $9` folds to true
-// with fencing off, and the intent insert then ran — drawing its submission_id —
-// before the upsert locked the mark row, so admissions of one account were no
-// longer serialised by it. A count compared with a CASE on the flag is evaluated
-// (the fence run to completion, its row lock taken) before the first intent row
-// is formed, in both modes (TestFenceRunsBeforeIntentInBothModes). $10 is this
-// replica's RAIL_PROXY_INTERRUPTED_AFTER in milliseconds: the intent carries its
-// own interrupt_at, judged by paydb's clock like submitted_at, so the janitor of
-// any replica leaves it alone for as long as the replica that admitted it may
-// still be carrying it (docs/contracts/database.md). FENCED and DUPLICATE rows are not intents: NULL.
+// admitSQL is steps 1 and 2 in one statement (admission.go lists the steps and
+// the group form of the same fence), so the whole decision costs one round trip.
+//
+// The fence is the pinned upsert of docs/contracts/database.md, verbatim,
+// strict `<`. The intent insert reads the fence's RETURNING, so it runs after the
+// upsert has taken the account's row lock: admissions of one account are
+// serialised by that lock and their submission_ids follow admission order.
+// ON CONFLICT names the unique index's predicate, so the verdict "duplicate" is
+// the index's own: a concurrent uncommitted intent for the same payout makes
+// this insert wait for it, which a prior SELECT could never do. When the intent
+// is not inserted, the attempt is still recorded, already resolved, as FENCED
+// (the fence refused it) or DUPLICATE (the fence passed, the index refused it);
+// the mark it advanced stays advanced.
+//
+// $9 is the fencing switch: false admits a refused token anyway. In both modes
+// the fence must run to completion, its row lock taken, before the first intent
+// row is formed; so the intent's gate is a count compared with a CASE on the
+// flag, which the planner cannot fold. A gate such as `EXISTS (fence) OR NOT $9`
+// folds to true with fencing off, and the intent insert would draw its
+// submission_id before the mark row is locked
+// (TestFenceRunsBeforeIntentInBothModes).
+//
+// $10 is this replica's RAIL_PROXY_INTERRUPTED_AFTER in milliseconds: the
+// intent carries its own interrupt_at, judged by paydb's clock like
+// submitted_at, so the janitor of any replica leaves it alone for as long as the
+// replica that admitted it may still be carrying it. FENCED and DUPLICATE rows
+// are not intents: NULL.
 const admitSQL = `
 WITH fence AS (
     INSERT INTO rail_high_water (account_id, highest_token, updated_at)
@@ -432,8 +438,9 @@ func (s *Store) Attempt(ctx context.Context, id int64) (Attempt, error) {
 	return a, nil
 }
 
-// MaxListPage is the most rows one audit-trail answer carries (docs/contracts/rail-proxy.md "Reading the
-// audit trail"); the rest is reached by paging with after.
+// MaxListPage is the most rows one audit-trail answer carries
+// (docs/contracts/rail-proxy.md, "Reading the audit trail"); the rest is reached
+// by paging with after.
 const MaxListPage = 100
 
 // listSQL is one page of a payout's audit trail, oldest first. It reads

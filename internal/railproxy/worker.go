@@ -119,39 +119,26 @@ func (a *admitter) resolveGroupGuarded(ctx context.Context, res []resolution) (w
 	return a.store.ResolveGroup(ctx, res)
 }
 
-// replaceAdmitWorker, deferred by the admission worker, replaces a worker that a
-// panic outside admitGroupGuarded ends: it is logged and counted, and another
-// worker is started when submissions are queued, so that no later admission
-// waits for a worker that is gone.
-func (a *admitter) replaceAdmitWorker() {
+// replaceWorker, deferred by the admission and the resolution worker, replaces
+// a worker that a panic outside admitGroupGuarded or resolveGroupGuarded ends:
+// it is logged and counted, and another worker is started when work is queued,
+// so that no later admission or resolving write waits for a worker that is gone.
+func (a *admitter) replaceWorker(worker string) {
 	p := recover()
 	if p == nil {
 		return
 	}
-	_ = a.panicked(workerAdmission, p, 0)
+	_ = a.panicked(worker, p, 0)
 	g := a.groups
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.admitRunning--
-	if len(g.admits) > 0 && g.admitRunning < admitWorkers {
-		g.admitRunning++
-		go a.admitWorker()
+	running, queued, workers, start := &g.admitRunning, len(g.admits), admitWorkers, a.admitWorker
+	if worker == workerResolution {
+		running, queued, workers, start = &g.resolveRunning, len(g.resolves), resolveWorkers, a.resolveWorker
 	}
-}
-
-// replaceResolveWorker is replaceAdmitWorker for the resolution worker.
-func (a *admitter) replaceResolveWorker() {
-	p := recover()
-	if p == nil {
-		return
-	}
-	_ = a.panicked(workerResolution, p, 0)
-	g := a.groups
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.resolveRunning--
-	if len(g.resolves) > 0 && g.resolveRunning < resolveWorkers {
-		g.resolveRunning++
-		go a.resolveWorker()
+	*running--
+	if queued > 0 && *running < workers {
+		*running++
+		go start()
 	}
 }
