@@ -465,11 +465,11 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 		// The dial, TLS handshake included, is part of obtaining the connection:
 		// bounded by RAIL_CONNECT_TIMEOUT. A dial error here is what UNSENT is.
 		//
-		// It runs on a goroutine of its own, which ends with it. The dial is the
+		// It runs on a goroutine of its own, which ends with it: the dial is the
 		// deepest call a submission makes (net's dialer, then connect), and on
-		// the submission's goroutine it grew that goroutine's stack from 8 to
-		// 16 KiB for good — kept while the goroutine waits for the rail, 2,000
-		// times over in the bench's burst of new accounts.
+		// the submission's goroutine it would grow that goroutine's stack for
+		// good, kept while the goroutine waits for the rail
+		// (TestInflightSubmissionsKeepSmallStacks).
 		Dial: func(addr string) (net.Conn, error) {
 			done := make(chan dialed, 1)
 			go func() {
