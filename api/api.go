@@ -18,8 +18,9 @@ import (
 // Service names a document: the service's binary name (docs/contracts/configuration.md).
 type Service string
 
-// The four services with a public HTTP API. The reconciler and the executor
-// serve only health and metrics (docs/contracts/observability.md), which need no document of their own.
+// The four services with a public HTTP API. The reconciler and the executor serve
+// only health and metrics (docs/contracts/observability.md), which need no document
+// of their own.
 const (
 	LockServer      Service = "lock-server"
 	PaymentResource Service = "payment-resource"

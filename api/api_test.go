@@ -161,8 +161,9 @@ func checkHouseRules(t *testing.T, m *v3.Document) {
 }
 
 // ownFormat tells the error answers that are not problems: readiness DOWN (the
-// health body of docs/contracts/observability.md) and the rail's own decline and health (docs/contracts/rail-stub.md: rail-stub
-// speaks as a rail, not as a lock.dev service).
+// health body of docs/contracts/observability.md) and the rail's own decline and
+// health (docs/contracts/rail-stub.md: rail-stub speaks as a rail, not as a
+// lock.dev service).
 func ownFormat(path, code string, op *v3.Operation) bool {
 	switch {
 	case code == "503" && len(op.Tags) == 1 && op.Tags[0] == "health":

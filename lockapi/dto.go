@@ -36,7 +36,8 @@ const (
 	StatusDeclined  = "DECLINED"
 	StatusAmbiguous = "AMBIGUOUS"
 	// StatusNotPresented: the rail's statement proves the rail never received the
-	// payout; no money moved; final. Only the reconciler's settle sets it (docs/contracts/reconciliation.md).
+	// payout; no money moved; final. Only the reconciler's settle sets it
+	// (docs/contracts/reconciliation.md).
 	StatusNotPresented = "NOT_PRESENTED"
 )
 
@@ -123,8 +124,8 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquiredAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	TTLMs      int64     `json:"ttlMs"`
-	// Grant is lock-server's signed grant of Token to OwnerID for LockName (docs/contracts/signed-grants.md);
-	// absent when lock-server signs nothing.
+	// Grant is lock-server's signed grant of Token to OwnerID for LockName
+	// (docs/contracts/signed-grants.md); absent when lock-server signs nothing.
 	Grant string `json:"grant,omitempty"`
 }
 
@@ -135,8 +136,8 @@ type LockState struct {
 	Token     int64      `json:"token"`
 	Held      bool       `json:"held"`
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// Grant is the live lease's signed grant (docs/contracts/signed-grants.md): absent when the lock is not
-	// held, or when lock-server signs nothing.
+	// Grant is the live lease's signed grant (docs/contracts/signed-grants.md):
+	// absent when the lock is not held, or when lock-server signs nothing.
 	Grant string `json:"grant,omitempty"`
 }
 

@@ -19,7 +19,8 @@ const (
 	HeaderFencingToken   = "X-Fencing-Token"
 	HeaderOwnerID        = "X-Owner-Id"
 	HeaderIdempotencyKey = "X-Idempotency-Key"
-	// HeaderFencingGrant carries lock-server's signed grant of the token (docs/contracts/signed-grants.md).
+	// HeaderFencingGrant carries lock-server's signed grant of the token
+	// (docs/contracts/signed-grants.md).
 	HeaderFencingGrant = "X-Fencing-Grant"
 )
 

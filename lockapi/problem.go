@@ -27,7 +27,8 @@ const (
 	CodeLeaseLost           = "LEASE_LOST"
 	CodePayoutConflict      = "PAYOUT_CONFLICT"
 	CodePayoutFinal         = "PAYOUT_FINAL"
-	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle, docs/contracts/reconciliation.md).
+	// CodeUnauthorized: a missing or wrong bearer token (payment-resource's settle,
+	// docs/contracts/reconciliation.md).
 	CodeUnauthorized  = "UNAUTHORIZED"
 	CodeGrantRejected = "GRANT_REJECTED"
 )

@@ -51,7 +51,7 @@ type Lease struct {
 	epoch     uint64        // bumped by Freeze: a renewal sent before it is void
 	inflight  context.CancelFunc
 	expiresAt time.Time // lockdb's expiry as last reported
-	grant     string    // lock-server's signed grant of the token, as last answered (docs/contracts/signed-grants.md)
+	grant     string    // lock-server's signed grant of the token, as last answered
 }
 
 func newLease(parent context.Context, c *Client, name, owner string, dto lockapi.Lease, ttl time.Duration, sent time.Time) *Lease {
@@ -86,11 +86,12 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 // Token is the fencing token of this grant: present it with every write.
 func (l *Lease) Token() int64 { return l.token }
 
-// Grant is lock-server's signed grant of this lease's token (docs/contracts/signed-grants.md): present it
-// with the token (X-Fencing-Grant) so a fence point can tell the token was
-// granted, to this owner, for this lock. "" when lock-server signs nothing. A
-// renewal answers the same grant; should lock-server's key have been rotated
-// meanwhile, it answers the grant signed with the new key, and Grant returns that.
+// Grant is lock-server's signed grant of this lease's token
+// (docs/contracts/signed-grants.md): present it with the token (X-Fencing-Grant) so
+// a fence point can tell the token was granted, to this owner, for this lock. ""
+// when lock-server signs nothing. A renewal answers the same grant; should
+// lock-server's key have been rotated meanwhile, it answers the grant signed with
+// the new key, and Grant returns that.
 func (l *Lease) Grant() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

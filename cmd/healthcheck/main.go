@@ -20,8 +20,9 @@ import (
 	"lock.dev/internal/version"
 )
 
-// timeout bounds the whole check; readiness itself answers within 2 s (docs/contracts/observability.md: its
-// slowest component, rail-proxy's rail probe, has 1 s).
+// timeout bounds the whole check; readiness itself answers within 2 s
+// (docs/contracts/observability.md: its slowest component, rail-proxy's rail probe,
+// has 1 s).
 const timeout = 3 * time.Second
 
 func main() {

@@ -1,8 +1,9 @@
-// Command lock-server grants leases with fencing tokens over lockdb (docs/contracts/lock-service.md).
+// Command lock-server grants leases with fencing tokens over lockdb
+// (docs/contracts/lock-service.md).
 //
 //	lock-server [serve]   serve the API (default)
 //	lock-server migrate   apply lockdb's migrations and exit
-//	lock-server keygen --out DIR   make a key pair for signing grants (docs/contracts/signed-grants.md)
+//	lock-server keygen --out DIR   make a key pair for signing grants
 //
 // Every setting is an environment variable and an equal flag; --help lists them.
 package main

@@ -31,10 +31,10 @@ func TestMain(m *testing.M) {
 	os.Exit(pgtest.Main(m))
 }
 
-// The binary's surface (docs/contracts/configuration.md): --help lists every setting and exits 0; a bad
-// setting or an unknown subcommand exits 2 with one line; serve on an
-// unmigrated paydb exits 1 naming `rail-proxy migrate`; migrate exits 0; serve
-// then runs and a SIGTERM ends it with exit 0.
+// The binary's surface (docs/contracts/configuration.md): --help lists every
+// setting and exits 0; a bad setting or an unknown subcommand exits 2 with one
+// line; serve on an unmigrated paydb exits 1 naming `rail-proxy migrate`; migrate
+// exits 0; serve then runs and a SIGTERM ends it with exit 0.
 func TestBinary(t *testing.T) {
 	var out bytes.Buffer
 	cmd := testkit.MainCommand(runMainEnv, nil, "--help")

@@ -9,11 +9,12 @@ import (
 	"strings"
 )
 
-// pprofAddrEnv names a development aid, off by default and no setting (docs/contracts/configuration.md): when it
-// is set to a loopback address (127.0.0.1:6060), rail-proxy also serves Go's
-// /debug/pprof/ there, on a listener of its own, so the real binary can be
-// profiled under a benchmark (docs/contracts/rail-proxy.md#performance). It is
-// refused on anything but a loopback address: a profile shows memory contents.
+// pprofAddrEnv names a development aid, off by default and no setting
+// (docs/contracts/configuration.md): when it is set to a loopback address
+// (127.0.0.1:6060), rail-proxy also serves Go's /debug/pprof/ there, on a listener
+// of its own, so the real binary can be profiled under a benchmark
+// (docs/contracts/rail-proxy.md#performance). It is refused on anything but a
+// loopback address: a profile shows memory contents.
 const pprofAddrEnv = "LOCKDEV_PPROF_ADDR"
 
 // startPprof serves /debug/pprof/ on addr when addr is set; an address that is

@@ -1,6 +1,6 @@
 // Command reconciler closes the books: it reads the rail's statement through
-// rail-proxy and settles every AMBIGUOUS payout from it (docs/contracts/reconciliation.md). Subcommands: serve
-// (default), migrate.
+// rail-proxy and settles every AMBIGUOUS payout from it
+// (docs/contracts/reconciliation.md). Subcommands: serve (default), migrate.
 package main
 
 import (

@@ -29,12 +29,13 @@ func TestMain(m *testing.M) {
 
 const token = "PAYMENT_SETTLE_TOKEN=binary-test-token-0123456789"
 
-// The binary's surface (docs/contracts/configuration.md, docs/contracts/reconciliation.md): --help lists every setting and exits 0; a bad
+// The binary's surface (docs/contracts/configuration.md,
+// docs/contracts/reconciliation.md): --help lists every setting and exits 0; a bad
 // setting or an unknown subcommand exits 2 with one line; serve on an unmigrated
-// paydb exits 1 naming `reconciler migrate`; migrate exits 0; serve then runs and
-// a SIGTERM ends it with exit 0, every log line carrying service=reconciler and
-// none the token.
-// badURLSecret is the password of an unparsable PAYDB_URL; it must never be shown.
+// paydb exits 1 naming `reconciler migrate`; migrate exits 0; serve then runs and a
+// SIGTERM ends it with exit 0, every log line carrying service=reconciler and none
+// the token. badURLSecret is the password of an unparsable PAYDB_URL; it must never
+// be shown.
 const badURLSecret = "s3cr3t-in-the-url"
 
 func TestBinary(t *testing.T) {

@@ -29,8 +29,9 @@ var ErrSchemaBehind = errors.New("database schema is behind")
 var ErrURLUnparsable = errors.New("database URL cannot be parsed")
 
 // CheckURL reports whether url (the libpq PG* environment when empty) parses as a
-// connection string, without quoting it: configuration validation calls it so
-// that a bad URL is a configuration error (exit 2, docs/contracts/configuration.md), not a start-up failure.
+// connection string, without quoting it: configuration validation calls it so that
+// a bad URL is a configuration error (exit 2, docs/contracts/configuration.md), not
+// a start-up failure.
 func CheckURL(url string) error {
 	if _, err := pgxpool.ParseConfig(url); err != nil {
 		return ErrURLUnparsable

@@ -27,14 +27,14 @@ const (
 // set.
 var ErrNonDurable = errors.New("database has fsync off")
 
-// RequireDurable is the start-up check every service with a database runs before
-// it serves (UNSAFE_NON_DURABLE_DB, docs/contracts/configuration.md). With fsync off a crash of the database's
-// server can forget committed transactions — a forwarded intent and the mark with
-// it, a granted token — so such a database is refused (an error wrapping
-// ErrNonDurable that names the setting) unless unsafe is true. With unsafe true it
-// serves whatever fsync says, logs so at ERROR (event UnsafeEvent, with the
-// database's fsync) and shows 1 on the gauge UnsafeGauge, which it registers in
-// reg. database names the database in messages ("paydb", "lockdb").
+// RequireDurable is the start-up check every service with a database runs before it
+// serves (UNSAFE_NON_DURABLE_DB, docs/contracts/configuration.md). With fsync off a
+// crash of the database's server can forget committed transactions — a forwarded
+// intent and the mark with it, a granted token — so such a database is refused (an
+// error wrapping ErrNonDurable that names the setting) unless unsafe is true. With
+// unsafe true it serves whatever fsync says, logs so at ERROR (event UnsafeEvent,
+// with the database's fsync) and shows 1 on the gauge UnsafeGauge, which it
+// registers in reg. database names the database in messages ("paydb", "lockdb").
 //
 // It reads fsync once, from the server a pool connection reaches (the primary):
 // a server whose fsync is turned off later, or a standby promoted with fsync off,

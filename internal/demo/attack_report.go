@@ -18,7 +18,7 @@ type AttackAttempt struct {
 	Status  int    `json:"status"`
 	Code    string `json:"code,omitempty"`   // the problem code; empty on success
 	Reason  string `json:"reason,omitempty"` // GRANT_REJECTED's reason
-	Want    string `json:"expectedReason"`   // the reason docs/contracts/signed-grants.md gives this variant
+	Want    string `json:"expectedReason"`   // the refusal reason this variant must get
 }
 
 // Refused says the attempt was refused for its grant with the expected reason.
@@ -76,11 +76,12 @@ type AttackResult struct {
 	TargetAfterAttack PayoutState `json:"targetAfterAttack"`
 	Target            PayoutState `json:"target"`
 	Honest            PayoutState `json:"honest"`
-	// OK: with grants verified, every attempt was refused for its grant with
-	// the reason of docs/contracts/signed-grants.md, the rail saw nothing of the rogue, the mark did not move and
-	// the honest executor paid both payouts. Without verification, OK says the
-	// hazard showed as described (the huge token admitted, the honest holder
-	// fenced out), which is what the column exists to show.
+	// OK: with grants verified, every attempt was refused for its grant with the
+	// reason of docs/contracts/signed-grants.md, the rail saw nothing of the rogue,
+	// the mark did not move and the honest executor paid both payouts. Without
+	// verification, OK says the hazard showed as described (the huge token
+	// admitted, the honest holder fenced out), which is what the column exists to
+	// show.
 	OK        bool  `json:"ok"`
 	ElapsedMs int64 `json:"elapsedMs"`
 }

@@ -27,9 +27,10 @@ func runAttackColumn(t *testing.T, verified bool) *AttackResult {
 	return r
 }
 
-// With grants verified every rogue attempt is refused
-// with the reason of docs/contracts/signed-grants.md, at both fence points; the rail sees nothing of the rogue,
-// the mark does not move, and the honest executor still pays the account.
+// With grants verified every rogue attempt is refused with the reason of
+// docs/contracts/signed-grants.md, at both fence points; the rail sees nothing of
+// the rogue, the mark does not move, and the honest executor still pays the
+// account.
 func TestAttackRefusedWithGrantsVerified(t *testing.T) {
 	t.Parallel()
 	r := runAttackColumn(t, true)

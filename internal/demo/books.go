@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// The reconciler (docs/contracts/reconciliation.md) runs beside the executors for the whole run, as it would in
-// production, and closes the books: after the executors stop, the run waits for
-// its final pass — one whose read of the rail's statement began past every
-// attempt's settle window — so that every AMBIGUOUS payout is settled PAID,
-// DECLINED or NOT_PRESENTED from the rail's own records before the ground truth
-// is judged (invariant 7).
+// The reconciler (docs/contracts/reconciliation.md) runs beside the executors for
+// the whole run, as it would in production, and closes the books: after the
+// executors stop, the run waits for its final pass — one whose read of the rail's
+// statement began past every attempt's settle window — so that every AMBIGUOUS
+// payout is settled PAID, DECLINED or NOT_PRESENTED from the rail's own records
+// before the ground truth is judged (invariant 7).
 
 // reconcilerInterval is the pause between the demo reconciler's passes.
 const reconcilerInterval = 500 * time.Millisecond

@@ -10,8 +10,9 @@ import (
 	"lock.dev/internal/railproxy"
 )
 
-// Config is everything lockdemo can be told. Flags only (docs/contracts/configuration.md: lockdemo is a
-// command-line tool); ParseArgs fills it.
+// Config is everything lockdemo can be told. Flags only
+// (docs/contracts/configuration.md: lockdemo is a command-line tool); ParseArgs
+// fills it.
 type Config struct {
 	Payouts   int     // payouts seeded per run
 	Accounts  int     // accounts they are spread over
@@ -28,8 +29,9 @@ type Config struct {
 	Fencing     bool          // RAIL_PROXY_FENCING_ENABLED of a single run
 	Compare     bool          // run fencing on and off on fresh databases, side by side
 	// Grants: lock-server signs every grant and rail-proxy and payment-resource
-	// verify them (docs/contracts/signed-grants.md), in the runs. Attack: after the runs, a rogue client with
-	// no lease presents a huge token, with and without verification.
+	// verify them (docs/contracts/signed-grants.md), in the runs. Attack: after the
+	// runs, a rogue client with no lease presents a huge token, with and without
+	// verification.
 	Grants bool
 	Attack bool
 	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
@@ -75,9 +77,9 @@ func DefaultConfig() Config {
 }
 
 // InterruptedAfter is the RAIL_PROXY_INTERRUPTED_AFTER lockdemo gives rail-proxy:
-// as short as docs/contracts/rail-proxy.md allows for the timeouts in use (it must exceed admission +
-// connect + read + resolution by at least the 2 s margin), so a crash's
-// interrupted intents settle within the run.
+// as short as docs/contracts/rail-proxy.md allows for the timeouts in use (it must
+// exceed admission + connect + read + resolution by at least the 2 s margin), so a
+// crash's interrupted intents settle within the run.
 func (c Config) InterruptedAfter() time.Duration {
 	return railproxy.AdmissionBound + c.RailConnectTimeout + c.RailReadTimeout + railproxy.ResolveBound + railproxy.InterruptMargin
 }

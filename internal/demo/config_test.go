@@ -72,7 +72,8 @@ func TestMainExitCodes(t *testing.T) {
 }
 
 // The interrupted-intent age is the shortest rail-proxy accepts for the demo's
-// timeouts: above admission + connect + read + resolution, by the 2 s margin of docs/contracts/rail-proxy.md.
+// timeouts: above admission + connect + read + resolution, by the 2 s margin of
+// docs/contracts/rail-proxy.md.
 func TestInterruptedAfter(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()

@@ -56,7 +56,8 @@ type Output struct {
 	Seed     int64     `json:"seed"`
 	Settings Settings  `json:"settings"`
 	Runs     []*Result `json:"runs"`
-	// Attack is the rogue client's attempts, with grants verified and not (docs/contracts/signed-grants.md).
+	// Attack is the rogue client's attempts, with grants verified and not
+	// (docs/contracts/signed-grants.md).
 	Attack []*AttackResult `json:"attack,omitempty"`
 	// OK is the exit status's verdict: every invariant held in the fenced run,
 	// and every rogue attempt was refused with grants verified.

@@ -22,7 +22,7 @@ import (
 // Result is one finished run of the scenario.
 type Result struct {
 	Fencing     bool          `json:"fencingEnabled"`
-	Grants      bool          `json:"grantsVerified"` // docs/contracts/signed-grants.md: lock-server signs, both fence points verify
+	Grants      bool          `json:"grantsVerified"` // lock-server signs, both fence points verify
 	Elapsed     time.Duration `json:"-"`
 	ElapsedMs   int64         `json:"elapsedMs"`
 	Settled     bool          `json:"settled"` // every payout reached a final state within --max-duration
@@ -174,7 +174,8 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	return run, nil
 }
 
-// start brings the system up with the demo's settings (the variable names of docs/contracts/configuration.md).
+// start brings the system up with the demo's settings (the variable names of
+// docs/contracts/configuration.md).
 func (s *scenario) start(ctx context.Context) error {
 	c := s.cfg
 	drop, decline := s.rates()

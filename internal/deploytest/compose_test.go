@@ -71,11 +71,11 @@ var composeDeps = map[string]map[string]string{
 // A password in a URL: scheme://user:password@host.
 var urlPassword = regexp.MustCompile(`://[^/@:\s]+:[^/@\s]+@`)
 
-// compose.yaml loads with the compose-spec loader and has every
-// service, health check and dependency: PostgreSQL 15 for lockdb and paydb,
-// migrations as one-shot services, every lock.dev service with a /readyz health
-// check on its port (docs/contracts/configuration.md) (through the image's healthcheck binary: the base has no
-// shell), start order by health, hardening, and no literal secret.
+// compose.yaml loads with the compose-spec loader and has every service, health
+// check and dependency: PostgreSQL 15 for lockdb and paydb, migrations as one-shot
+// services, every lock.dev service with a /readyz health check on its port
+// (docs/contracts/configuration.md) (through the image's healthcheck binary: the
+// base has no shell), start order by health, hardening, and no literal secret.
 func TestComposeFile(t *testing.T) {
 	p := loadCompose(t)
 	var names []string
@@ -176,8 +176,9 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// Prometheus scrapes every lock.dev process on its port (docs/contracts/configuration.md), loads the alert
-// rules, and Grafana is provisioned with the datasource and the dashboard.
+// Prometheus scrapes every lock.dev process on its port
+// (docs/contracts/configuration.md), loads the alert rules, and Grafana is
+// provisioned with the datasource and the dashboard.
 func TestComposeObservability(t *testing.T) {
 	dir := root(t)
 	raw, err := os.ReadFile(filepath.Join(dir, "deploy", "compose", "prometheus.yml"))

@@ -11,8 +11,9 @@ import (
 	"testing"
 )
 
-// The binaries the image carries: every process of docs/contracts/configuration.md and docs/contracts/reconciliation.md, and the probe
-// compose's health checks run. lockdemo is not a deployable process.
+// The binaries the image carries: every process of docs/contracts/configuration.md
+// and docs/contracts/reconciliation.md, and the probe compose's health checks run.
+// lockdemo is not a deployable process.
 var imageBinaries = []string{"lock-server", "payment-resource", "rail-proxy", "rail-stub", "executor", "reconciler", "healthcheck"}
 
 // dockerfile returns the Dockerfile with continuation lines joined.

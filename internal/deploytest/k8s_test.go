@@ -236,8 +236,9 @@ func template(t *testing.T, o object) podTemplate {
 	return p
 }
 
-// Settings each service may be given (docs/contracts/configuration.md, reconciliation.md, signed-grants.md); a misspelt one would be
-// ignored by the service and silently leave a default in force.
+// Settings each service may be given (docs/contracts/configuration.md,
+// reconciliation.md, signed-grants.md); a misspelt one would be ignored by the
+// service and silently leave a default in force.
 var settings = map[string][]string{
 	"lock-server":      {"LOG_LEVEL", "LOCK_SERVER_ADDR", "LOCKDB_URL", "LOCKDB_MAX_CONNS", "LOCK_MIN_TTL", "LOCK_MAX_TTL", "UNSAFE_NON_DURABLE_DB", "LOCK_SERVER_SIGNING_KEY_FILE", "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE"},
 	"payment-resource": {"LOG_LEVEL", "PAYMENT_RESOURCE_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "UNSAFE_NON_DURABLE_DB", "PAYMENT_SETTLE_TOKEN", "PAYMENT_GRANT_KEYS_FILE"},
@@ -312,11 +313,12 @@ func checkEnv(t *testing.T, where, service string, c container) {
 	}
 }
 
-// Every Deployment runs its own binary, has liveness and
-// readiness probes on the paths (docs/contracts/observability.md) and its port (docs/contracts/configuration.md), runs as non-root on a
-// read-only root filesystem without privilege escalation or capabilities, has
-// requests and limits, a PodDisruptionBudget and, when it serves an API, a
-// Service; the migration Jobs run `migrate` with the same hardening.
+// Every Deployment runs its own binary, has liveness and readiness probes on the
+// paths (docs/contracts/observability.md) and its port
+// (docs/contracts/configuration.md), runs as non-root on a read-only root
+// filesystem without privilege escalation or capabilities, has requests and limits,
+// a PodDisruptionBudget and, when it serves an API, a Service; the migration Jobs
+// run `migrate` with the same hardening.
 func TestDeploymentsProbesSecurityAndResources(t *testing.T) {
 	objs := build(t, k8sDir(t))
 	deployments := map[string]podTemplate{}

@@ -32,13 +32,14 @@ const (
 	DefaultPollInterval       = 500 * time.Millisecond
 
 	maxWorkers = 1024
-	// maxLeaseTTL is lock-server's default upper bound (docs/contracts/lock-service.md); the server enforces its
-	// own configured bounds, this only catches a unit mistake at start-up.
+	// maxLeaseTTL is lock-server's default upper bound
+	// (docs/contracts/lock-service.md); the server enforces its own configured
+	// bounds, this only catches a unit mistake at start-up.
 	maxLeaseTTL = 5 * time.Minute
 )
 
-// Config is every executor setting of docs/contracts/configuration.md plus the in-process hooks every service has
-// and the executor's test hooks.
+// Config is every executor setting of docs/contracts/configuration.md plus the
+// in-process hooks every service has and the executor's test hooks.
 type Config struct {
 	Addr               string        // EXECUTOR_ADDR: metrics and health only
 	LogLevel           string        // LOG_LEVEL

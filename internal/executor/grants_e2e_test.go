@@ -10,9 +10,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-// The executor presents its lease's grant (docs/contracts/signed-grants.md) on claim, submit and post: with
-// lock-server signing and both fence points verifying, every payout is PAID
-// through the fences and not one grant is refused.
+// The executor presents its lease's grant (docs/contracts/signed-grants.md) on
+// claim, submit and post: with lock-server signing and both fence points verifying,
+// every payout is PAID through the fences and not one grant is refused.
 func TestExecutorPresentsItsLeasesGrant(t *testing.T) {
 	t.Parallel()
 	env, err := stack.GrantEnv(filepath.Join(t.TempDir(), "keys"))

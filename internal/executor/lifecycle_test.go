@@ -88,10 +88,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Health and metrics from start-up (docs/contracts/observability.md): liveness, readiness with the workers as
-// its only component (no db), every executor_payout_total result and the pause
-// counter at zero; and the warning, not a refusal, for a lease shorter than the
-// proxy timeout.
+// Health and metrics from start-up (docs/contracts/observability.md): liveness,
+// readiness with the workers as its only component (no db), every
+// executor_payout_total result and the pause counter at zero; and the warning, not
+// a refusal, for a lease shorter than the proxy timeout.
 func TestHealthMetricsAndShortLeaseWarning(t *testing.T) {
 	t.Parallel()
 	// Nothing listens there: the executor runs (and logs its failed scans) anyway.

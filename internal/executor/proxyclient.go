@@ -58,7 +58,8 @@ func (c *proxyClient) close() {
 	c.fresh.CloseIdleConnections()
 }
 
-// idempotencyKey is the key of one attempt: one payout under one token (docs/contracts/executor.md).
+// idempotencyKey is the key of one attempt: one payout under one token
+// (docs/contracts/executor.md).
 func idempotencyKey(payoutID string, token int64) string {
 	return payoutID + ":" + strconv.FormatInt(token, 10)
 }
@@ -134,9 +135,9 @@ func (c *proxyClient) submit(ctx context.Context, p lockapi.SubmissionRequest, t
 	return c.submitWithGrant(ctx, p, token, "", owner)
 }
 
-// submitWithGrant presents one payout to rail-proxy, once, on a pooled
-// connection, with grant — the lease's signed grant of token (docs/contracts/signed-grants.md; "" sends
-// none). ctx bounds the whole call.
+// submitWithGrant presents one payout to rail-proxy, once, on a pooled connection,
+// with grant — the lease's signed grant of token (docs/contracts/signed-grants.md;
+// "" sends none). ctx bounds the whole call.
 func (c *proxyClient) submitWithGrant(ctx context.Context, p lockapi.SubmissionRequest, token int64, grant, owner string) submitAnswer {
 	return c.send(ctx, c.hc, p, token, grant, owner)
 }
@@ -257,9 +258,10 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 		a.kind = answerUnavailable
 		member("stage", &a.stage)
 	case lockapi.CodeGrantRejected:
-		// Refused before admission (docs/contracts/signed-grants.md): nothing was written or presented. Our
-		// lease's grant did not prove the token — a key the proxy does not know,
-		// most likely: handled like a request refused as invalid.
+		// Refused before admission (docs/contracts/signed-grants.md): nothing was
+		// written or presented. Our lease's grant did not prove the token — a key
+		// the proxy does not know, most likely: handled like a request refused as
+		// invalid.
 		if resp.StatusCode != http.StatusUnauthorized {
 			a.err = fmt.Errorf("GRANT_REJECTED answered with status %d", resp.StatusCode)
 			return a
@@ -280,9 +282,9 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 	return a
 }
 
-// submissions reads the whole audit trail of a payout, oldest first, page by
-// page (docs/contracts/executor.md: at most 100 rows per answer, next names where the following page
-// starts).
+// submissions reads the whole audit trail of a payout, oldest first, page by page
+// (docs/contracts/executor.md: at most 100 rows per answer, next names where the
+// following page starts).
 func (c *proxyClient) submissions(ctx context.Context, payoutID string) ([]lockapi.Submission, error) {
 	var (
 		all   []lockapi.Submission

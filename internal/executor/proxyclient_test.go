@@ -103,10 +103,11 @@ func (s *closingProxy) connections() int {
 	return s.conns
 }
 
-// The transport hazard (docs/contracts/executor.md): a submission whose connection is closed by the server
-// after it read the request must reach the server once, never twice. The control
-// half shows the test can see the hazard: the same exchange with a re-readable body
-// (what http.NewRequest gives an in-memory body) is resent by net/http.
+// The transport hazard (docs/contracts/executor.md): a submission whose connection
+// is closed by the server after it read the request must reach the server once,
+// never twice. The control half shows the test can see the hazard: the same
+// exchange with a re-readable body (what http.NewRequest gives an in-memory body)
+// is resent by net/http.
 func TestSubmissionIsNeverResentOnAReusedConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -333,10 +334,10 @@ func TestSubmissionBoundedByItsContext(t *testing.T) {
 	}
 }
 
-// The audit trail is read page by page (docs/contracts/executor.md: next names the submissionId to pass
-// as after), and a trail that does not read as one — rows of another payout,
-// rows out of order, a next that does not follow its page — is an error, never
-// a guess.
+// The audit trail is read page by page (docs/contracts/executor.md: next names the
+// submissionId to pass as after), and a trail that does not read as one — rows of
+// another payout, rows out of order, a next that does not follow its page — is an
+// error, never a guess.
 func TestAuditTrail(t *testing.T) {
 	t.Parallel()
 	acked, timeout, fenced := lockapi.OutcomeAcked, lockapi.OutcomeTimeout, lockapi.OutcomeFenced

@@ -14,9 +14,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-// BenchmarkGateCheck is what docs/contracts/signed-grants.md adds to one submission: the gate's whole check —
-// reading X-Fencing-Grant, verifying, comparing lock, token and owner — as a
-// fence point runs it.
+// BenchmarkGateCheck is what docs/contracts/signed-grants.md adds to one
+// submission: the gate's whole check — reading X-Fencing-Grant, verifying,
+// comparing lock, token and owner — as a fence point runs it.
 //
 //	go test -run '^$' -bench GateCheck -benchtime 2s ./internal/grant/
 //

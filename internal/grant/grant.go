@@ -1,8 +1,8 @@
-// Package grant is docs/contracts/signed-grants.md: a fencing token nobody can make up. lock-server signs each
-// grant of a token — a JWT binding the token to its lock and to the owner it was
-// granted to — with an Ed25519 key only it holds; both fence points, rail-proxy and
-// payment-resource, verify the grant offline against a JWK Set before anything is
-// written or forwarded.
+// Package grant is docs/contracts/signed-grants.md: a fencing token nobody can make
+// up. lock-server signs each grant of a token — a JWT binding the token to its lock
+// and to the owner it was granted to — with an Ed25519 key only it holds; both
+// fence points, rail-proxy and payment-resource, verify the grant offline against a
+// JWK Set before anything is written or forwarded.
 //
 // Without it a fencing token is only a number: anyone who can reach rail-proxy can
 // present 9223372036854775807 for any account, the gate admits it (it is above the
@@ -10,14 +10,15 @@
 // ever, because the mark never goes down.
 //
 // Files: grant.go (the grant's shape and the closed set of refusal reasons),
-// keys.go (key files, JWK Sets, thumbprints, keygen), sign.go (lock-server's
-// side), verify.go (the fence points' side, in the order of docs/contracts/signed-grants.md), cache.go (the bounded
-// cache of verified grants), gate.go (the HTTP check both fence points run).
+// keys.go (key files, JWK Sets, thumbprints, keygen), sign.go (lock-server's side),
+// verify.go (the fence points' side, in the order of
+// docs/contracts/signed-grants.md), cache.go (the bounded cache of verified
+// grants), gate.go (the HTTP check both fence points run).
 //
 // The signature itself is go-jose's (github.com/go-jose/go-jose/v4): parsing the
-// compact form, refusing every algorithm but EdDSA, verifying. What docs/contracts/signed-grants.md adds on top
-// — the header's typ and kid, the claims' types, issuer, lock, token and owner — is
-// checked here.
+// compact form, refusing every algorithm but EdDSA, verifying. What
+// docs/contracts/signed-grants.md adds on top — the header's typ and kid, the
+// claims' types, issuer, lock, token and owner — is checked here.
 package grant
 
 import (
@@ -52,7 +53,7 @@ type Claims struct {
 // the order they are checked: the first that applies is the answer.
 const (
 	ReasonMissing       = "missing"        // no X-Fencing-Grant, or an empty one
-	ReasonMalformed     = "malformed"      // not a well-formed grant of the shape of docs/contracts/signed-grants.md
+	ReasonMalformed     = "malformed"      // not a well-formed grant
 	ReasonUnknownKey    = "unknown_key"    // kid names no key of the verifier's set
 	ReasonBadSignature  = "bad_signature"  // the signature does not verify with that key
 	ReasonWrongIssuer   = "wrong_issuer"   // iss is not lock-server

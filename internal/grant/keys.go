@@ -188,14 +188,14 @@ func (s *KeySet) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// ParseKeySet reads a JWK Set. Keys of other types (RSA, EC, symmetric, X25519)
-// are skipped and counted in ignored: a shared JWK Set may hold them, and a grant
-// is only ever verified with Ed25519. An Ed25519 key must be usable exactly as
-// docs/contracts/signed-grants.md says, or the whole set is refused: public only (private material in a
-// verifier's file is a leak, not a key), use "sig" and alg "EdDSA" when given,
-// and a kid, when given, equal to its RFC 7638 thumbprint (any other kid would
-// let a file name one key with another's id). A set with no usable key is
-// refused too.
+// ParseKeySet reads a JWK Set. Keys of other types (RSA, EC, symmetric, X25519) are
+// skipped and counted in ignored: a shared JWK Set may hold them, and a grant is
+// only ever verified with Ed25519. An Ed25519 key must be usable exactly as
+// docs/contracts/signed-grants.md says, or the whole set is refused: public only
+// (private material in a verifier's file is a leak, not a key), use "sig" and alg
+// "EdDSA" when given, and a kid, when given, equal to its RFC 7638 thumbprint (any
+// other kid would let a file name one key with another's id). A set with no usable
+// key is refused too.
 func ParseKeySet(b []byte) (set *KeySet, ignored int, err error) {
 	var raw struct {
 		Keys *[]json.RawMessage `json:"keys"`
@@ -306,8 +306,9 @@ func Keygen(dir string) (kid string, err error) {
 	return set.IDs()[0], nil
 }
 
-// writeNew creates path (never an existing file), writes b, sets mode exactly
-// (the umask only takes bits away; 0644 is what docs/contracts/signed-grants.md says the key set is) and syncs.
+// writeNew creates path (never an existing file), writes b, sets mode exactly (the
+// umask only takes bits away; 0644 is what docs/contracts/signed-grants.md says the
+// key set is) and syncs.
 func writeNew(path string, b []byte, mode os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&0o600)
 	if err != nil {

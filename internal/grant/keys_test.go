@@ -19,8 +19,9 @@ import (
 	"lock.dev/internal/grant"
 )
 
-// keygen writes the pair docs/contracts/signed-grants.md names with the modes it names; the private key reads
-// back, the key set holds its public half under its thumbprint.
+// keygen writes the pair docs/contracts/signed-grants.md names with the modes it
+// names; the private key reads back, the key set holds its public half under its
+// thumbprint.
 func TestKeygenWritesThePair(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "keys", "lock-server")
 	kid, err := grant.Keygen(dir)

@@ -14,10 +14,10 @@ import (
 // is safe for concurrent use.
 //
 // A grant is a pure function of (lock, token, owner, acquired-at) and the key:
-// Ed25519 signatures are deterministic and the header and claims are written in
-// a fixed order, so a renewal or a GET re-signs the same facts into the same
-// bytes as the acquire did (docs/contracts/signed-grants.md: "the same grant, byte for byte"), without lockdb
-// having to store it.
+// Ed25519 signatures are deterministic and the header and claims are written in a
+// fixed order, so a renewal or a GET re-signs the same facts into the same bytes as
+// the acquire did (docs/contracts/signed-grants.md: "the same grant, byte for
+// byte"), without lockdb having to store it.
 type Signer struct {
 	kid    string
 	public ed25519.PublicKey

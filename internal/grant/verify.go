@@ -24,8 +24,8 @@ const DefaultCacheSize = 4096
 var allowedAlgorithms = []jose.SignatureAlgorithm{jose.EdDSA}
 
 // Verifier is a fence point's side: it checks a grant against the key set and
-// against what the request presents, in the order of docs/contracts/signed-grants.md. It is safe for concurrent
-// use.
+// against what the request presents, in the order of
+// docs/contracts/signed-grants.md. It is safe for concurrent use.
 type Verifier struct {
 	keys  *KeySet
 	cache *cache
@@ -46,9 +46,10 @@ func NewVerifier(keys *KeySet, cacheSize int) (*Verifier, error) {
 // Keys is the set grants are verified with.
 func (v *Verifier) Keys() *KeySet { return v.keys }
 
-// Verify checks grant g against what the request presents. It returns nil when
-// g is a grant lock-server signed, with one of the set's keys, of p.Token on
-// p.Lock to p.Owner; otherwise the first reason of the order of docs/contracts/signed-grants.md that applies.
+// Verify checks grant g against what the request presents. It returns nil when g is
+// a grant lock-server signed, with one of the set's keys, of p.Token on p.Lock to
+// p.Owner; otherwise the first reason of the order of
+// docs/contracts/signed-grants.md that applies.
 //
 // The signature is checked once per grant string: a grant that verified is
 // remembered with its claims, and a later request presenting the same string only
@@ -96,9 +97,9 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 	if err != nil {
 		return Claims{}, reject(ReasonMalformed, "the grant is not a compact JWS signed with EdDSA")
 	}
-	// Read before the signature is checked only to judge the claims' shape (docs/contracts/signed-grants.md
-	// orders malformed before unknown_key); nothing read here is trusted until
-	// the signature has verified.
+	// Read before the signature is checked only to judge the claims' shape
+	// (docs/contracts/signed-grants.md orders malformed before unknown_key);
+	// nothing read here is trusted until the signature has verified.
 	c, r := parseClaims(jws.UnsafePayloadWithoutVerification())
 	if r != nil {
 		return Claims{}, r

@@ -79,8 +79,9 @@ func decodePart(t testing.TB, g string, i int) string {
 	return string(b)
 }
 
-// A grant has exactly the shape of docs/contracts/signed-grants.md: EdDSA, typ lockgrant+jwt, kid the key's
-// thumbprint; claims iss, lock, tok as a decimal string, sub, iat.
+// A grant has exactly the shape of docs/contracts/signed-grants.md: EdDSA, typ
+// lockgrant+jwt, kid the key's thumbprint; claims iss, lock, tok as a decimal
+// string, sub, iat.
 func TestSignedGrantHasTheDocumentedShape(t *testing.T) {
 	k := newKeyPair(t)
 	g := k.sign(t, "account:acct-7", 9223372036854775807, "executor-1")

@@ -9,12 +9,13 @@ import (
 	"lock.dev/internal/railstub"
 )
 
-// Invariant 7, the books close (docs/lockdemo.md, docs/contracts/reconciliation.md): once the reconciler has read the
-// statement past the settle window, no payout is AMBIGUOUS, the ledger equals
-// what the rail accepted for our payouts, and every disagreement is a recorded
-// exception. Judged from ground truth: the rail-stub's call log and the payouts,
-// ledger and settle records in paydb. The reconciler's own copy of the statement
-// is not trusted; it is compared with the call log.
+// Invariant 7, the books close (docs/lockdemo.md,
+// docs/contracts/reconciliation.md): once the reconciler has read the statement
+// past the settle window, no payout is AMBIGUOUS, the ledger equals what the rail
+// accepted for our payouts, and every disagreement is a recorded exception. Judged
+// from ground truth: the rail-stub's call log and the payouts, ledger and settle
+// records in paydb. The reconciler's own copy of the statement is not trusted; it
+// is compared with the call log.
 
 // exceptionKinds are the five kinds of docs/contracts/reconciliation.md, in its order.
 var exceptionKinds = []string{"PRESENTED_TWICE", "AMOUNT_MISMATCH", "UNKNOWN_REFERENCE", "LINE_CONTRADICTS_PAYOUT", "PAID_WITHOUT_LINE"}
@@ -179,13 +180,13 @@ func (e *evaluation) statementCopy() {
 	}
 }
 
-// unrecorded derives from the rail's log the disagreements docs/contracts/reconciliation.md names per line and
-// flags each one no exception records: a second accepted call of a payout
-// (PRESENTED_TWICE), a call whose account, amount or currency is not its payout's
-// (AMOUNT_MISMATCH), a call of no payout (UNKNOWN_REFERENCE), and a call its
-// payout's final status denies (LINE_CONTRADICTS_PAYOUT). PAID_WITHOUT_LINE needs
-// no derivation here: a PAID payout without exactly one accepted call already
-// fails CheckPaidAcceptedOnce.
+// unrecorded derives from the rail's log the disagreements
+// docs/contracts/reconciliation.md names per line and flags each one no exception
+// records: a second accepted call of a payout (PRESENTED_TWICE), a call whose
+// account, amount or currency is not its payout's (AMOUNT_MISMATCH), a call of no
+// payout (UNKNOWN_REFERENCE), and a call its payout's final status denies
+// (LINE_CONTRADICTS_PAYOUT). PAID_WITHOUT_LINE needs no derivation here: a PAID
+// payout without exactly one accepted call already fails CheckPaidAcceptedOnce.
 func (e *evaluation) unrecorded() {
 	type key struct {
 		kind, payout string

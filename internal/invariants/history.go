@@ -29,9 +29,9 @@ type History struct {
 	// forgot: only what was handed out can.
 	Issued []IssuedToken
 
-	// The reconciler's records (docs/contracts/reconciliation.md), judged against Calls: its copy of the
-	// statement, its exceptions and its cursor (nil when no reconciler ever ran),
-	// and payment-resource's record of each settle.
+	// The reconciler's records (docs/contracts/reconciliation.md), judged against
+	// Calls: its copy of the statement, its exceptions and its cursor (nil when no
+	// reconciler ever ran), and payment-resource's record of each settle.
 	StatementLines []StatementLine // rail_statement_line
 	Exceptions     []Exception     // reconciliation_exception
 	Cursor         *Cursor         // reconciler_cursor

@@ -54,8 +54,8 @@ type Report struct {
 	RailCalls      CallCounts       `json:"railCalls"`
 	Submissions    SubmissionCounts `json:"submissions"`
 	Money          []Money          `json:"money"` // one per currency, by code
-	// Reconciliation is what the reconciler settled and recorded (docs/contracts/reconciliation.md); nil when
-	// the run had no reconciler.
+	// Reconciliation is what the reconciler settled and recorded
+	// (docs/contracts/reconciliation.md); nil when the run had no reconciler.
 	Reconciliation *Reconciliation `json:"reconciliation,omitempty"`
 
 	Invariants []Verdict `json:"invariants"` // 1–6 (7 when reconciled), then 0 (cross-checks)
@@ -89,8 +89,8 @@ type CallCounts struct {
 	References int `json:"references"` // distinct payout ids presented
 }
 
-// SubmissionCounts counts rail_submission rows by outcome. Admitted is the word of docs/contracts/database.md:
-// NULL, ACKED, REJECTED, TIMEOUT or UNSENT.
+// SubmissionCounts counts rail_submission rows by outcome. Admitted is the word of
+// docs/contracts/database.md: NULL, ACKED, REJECTED, TIMEOUT or UNSENT.
 type SubmissionCounts struct {
 	Total      int `json:"total"`
 	Admitted   int `json:"admitted"`

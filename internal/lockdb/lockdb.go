@@ -1,4 +1,5 @@
-// Package lockdb embeds lock-server's migration tree: lock_lease and lock_grant (docs/contracts/database.md).
+// Package lockdb embeds lock-server's migration tree: lock_lease and lock_grant
+// (docs/contracts/database.md).
 package lockdb
 
 import (

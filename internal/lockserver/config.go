@@ -28,7 +28,8 @@ type Config struct {
 	UnsafeNonDurableDB bool
 
 	// SigningKeyFile is LOCK_SERVER_SIGNING_KEY_FILE: a PEM PKCS#8 Ed25519 private
-	// key; every grant is signed with it (docs/contracts/signed-grants.md). Empty: no grants are signed.
+	// key; every grant is signed with it (docs/contracts/signed-grants.md). Empty:
+	// no grants are signed.
 	SigningKeyFile string
 	// PreviousPublicKeysFile is LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE: a JWK Set
 	// published at GET /v1/keys beside the current key, so verifiers can be
@@ -40,9 +41,10 @@ type Config struct {
 	// LogOutput receives the JSON log; nil means os.Stdout.
 	LogOutput io.Writer
 	// Clock is the server's own clock; nil means the system clock. It is a test
-	// hook and deliberately powerless: lease time is database time (docs/contracts/lock-service.md), so the
-	// server reads its clock only to measure how long its own calls took. A test
-	// injects a skewed clock to show grants and expiry do not move.
+	// hook and deliberately powerless: lease time is database time
+	// (docs/contracts/lock-service.md), so the server reads its clock only to
+	// measure how long its own calls took. A test injects a skewed clock to show
+	// grants and expiry do not move.
 	Clock Clock
 }
 

@@ -23,10 +23,11 @@ var exempt = append(apitest.ServeEndpoints500(),
 	// The published key set answers from memory: its 500 is only a panic's.
 	apitest.Exempt("GET", "/v1/keys", 500, "no failure path but a panic"))
 
-// The answers the behavioural tests have no reason to give: the aliases (docs/contracts/observability.md),
-// the document itself, 413 on renew, 503 on the grant history, and the 500
-// INTERNAL of every lease call, provoked by taking lockdb's tables away from a
-// running server (an error PostgreSQL reports that is not unavailability).
+// The answers the behavioural tests have no reason to give: the aliases
+// (docs/contracts/observability.md), the document itself, 413 on renew, 503 on the
+// grant history, and the 500 INTERNAL of every lease call, provoked by taking
+// lockdb's tables away from a running server (an error PostgreSQL reports that is
+// not unavailability).
 func TestConformanceRareAnswers(t *testing.T) {
 	t.Parallel()
 	s, proxy := startBehindProxy(t)

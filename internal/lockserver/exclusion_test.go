@@ -84,8 +84,9 @@ type observed struct {
 // ended (its released_at, or else its expires_at as last renewed); and exactly
 // the grants the clients were told about, with the times they were told.
 //
-// LOCK_MIN_TTL is lowered to 50ms for this test (docs/contracts/lock-service.md makes the bound
-// configurable; docs/contracts/configuration.md sets only its default), so that many leases expire in the run.
+// LOCK_MIN_TTL is lowered to 50ms for this test (docs/contracts/lock-service.md
+// makes the bound configurable; docs/contracts/configuration.md sets only its
+// default), so that many leases expire in the run.
 func TestMutualExclusionUnderContention(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.LockdbURL(t)
@@ -142,9 +143,10 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 					if a.Status == http.StatusServiceUnavailable {
 						// lockdb did not answer within the server's bound on a
 						// loaded machine: a grant nobody learned of, which ends
-						// with its TTL (docs/contracts/lock-service.md). It is no exclusion fault; the
-						// history check below sees such a grant too, and too many
-						// of them fail the run as not contended enough.
+						// with its TTL (docs/contracts/lock-service.md). It is no
+						// exclusion fault; the history check below sees such a
+						// grant too, and too many of them fail the run as not
+						// contended enough.
 						unavailable.Add(1)
 						continue
 					}

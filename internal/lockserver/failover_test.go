@@ -195,7 +195,8 @@ func TestServesAcrossFailover(t *testing.T) {
 }
 
 // A lockdb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set
-// (docs/contracts/configuration.md); with it, lock-server serves, says so at ERROR and shows the gauge.
+// (docs/contracts/configuration.md); with it, lock-server serves, says so at ERROR
+// and shows the gauge.
 func TestRefusesLockdbWithFsyncOff(t *testing.T) {
 	p := pgtest.Pair(t, pgcluster.PairOptions{}) // a throwaway server: fsync off
 	cfg := testConfig(p.URL("lockdb"))

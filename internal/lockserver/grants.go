@@ -14,8 +14,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-// grants is lock-server's side of docs/contracts/signed-grants.md: the key every grant is signed with (nil:
-// grants are not signed) and the key set GET /v1/keys publishes.
+// grants is lock-server's side of docs/contracts/signed-grants.md: the key every
+// grant is signed with (nil: grants are not signed) and the key set GET /v1/keys
+// publishes.
 type grants struct {
 	signer    *grant.Signer
 	published *grant.KeySet

@@ -14,10 +14,10 @@ import (
 	"lock.dev/lockapi"
 )
 
-// handler binds the calls (docs/contracts/lock-service.md) strictly, asks the store, and answers. Binding
-// follows the order of docs/contracts/lock-service.md — content type (415), size (413), then every fault of the
-// name, headers and body together (400) — and comes before any lookup, so a
-// malformed call writes nothing.
+// handler binds the calls (docs/contracts/lock-service.md) strictly, asks the
+// store, and answers. Binding follows the order of docs/contracts/lock-service.md —
+// content type (415), size (413), then every fault of the name, headers and body
+// together (400) — and comes before any lookup, so a malformed call writes nothing.
 type handler struct {
 	store    *store
 	metrics  *metrics
@@ -135,7 +135,8 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
-	// Release has no body: its Content-Type and body are not looked at (docs/contracts/lock-service.md).
+	// Release has no body: its Content-Type and body are not looked at
+	// (docs/contracts/lock-service.md).
 	c, ok := h.bind(w, r, true, false)
 	if !ok {
 		return
@@ -268,8 +269,9 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 	lockapi.WriteProblem(w, p)
 }
 
-// writeLease answers an acquire or renewal with its grant (docs/contracts/signed-grants.md). A grant that
-// cannot be signed is a 500: the lease stands in lockdb and ends with its TTL.
+// writeLease answers an acquire or renewal with its grant
+// (docs/contracts/signed-grants.md). A grant that cannot be signed is a 500: the
+// lease stands in lockdb and ends with its TTL.
 func (h *handler) writeLease(w http.ResponseWriter, op string, l Lease, ttlMs int64) {
 	dto := leaseDTO(l, ttlMs)
 	g, err := h.grants.sign(l.Name, l.Token, l.Owner, l.AcquiredAt)

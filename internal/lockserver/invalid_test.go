@@ -40,8 +40,8 @@ const (
 )
 
 // badCalls is the malformed-input catalogue: names, owners, tokens, TTLs, JSON,
-// query parameters, and the precedence of docs/contracts/lock-service.md 415 → 413 → 400. The lock "held" is
-// held by o1 with token 1; "fresh" was never granted.
+// query parameters, and the precedence of docs/contracts/lock-service.md 415 → 413
+// → 400. The lock "held" is held by o1 with token 1; "fresh" was never granted.
 func badCalls() []badCall {
 	ok := []byte(`{"ttlMs":1000}`)
 	big := append([]byte(`{"ttlMs":1000,"x":"`), bytes.Repeat([]byte("a"), 70<<10)...)

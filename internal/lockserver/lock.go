@@ -24,7 +24,8 @@ type LockState struct {
 	Token     int64  // the last token issued
 	Held      bool   // an owner is set and its lease has not expired by lockdb's clock
 	ExpiresAt time.Time
-	// AcquiredAt is when the last grant was made (lockdb's clock): its iat (docs/contracts/signed-grants.md).
+	// AcquiredAt is when the last grant was made (lockdb's clock): its iat
+	// (docs/contracts/signed-grants.md).
 	AcquiredAt time.Time
 }
 

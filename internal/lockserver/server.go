@@ -1,9 +1,9 @@
-// Package lockserver is lock-server (docs/contracts/lock-service.md): leases on named locks, each grant
-// carrying a fencing token strictly greater than every token issued for that lock
-// before. It is a stateless HTTP service over lockdb; any number of replicas may
-// share one lockdb, because every decision — who holds a lock, whether a lease
-// has expired, which token comes next — is made inside one lockdb statement by
-// lockdb's clock, never by a replica's memory or clock.
+// Package lockserver is lock-server (docs/contracts/lock-service.md): leases on
+// named locks, each grant carrying a fencing token strictly greater than every
+// token issued for that lock before. It is a stateless HTTP service over lockdb;
+// any number of replicas may share one lockdb, because every decision — who holds a
+// lock, whether a lease has expired, which token comes next — is made inside one
+// lockdb statement by lockdb's clock, never by a replica's memory or clock.
 //
 // Files: config.go (settings), server.go (Run, Migrate, routes), handler.go
 // (binding and answers), store.go (lockdb; the only file that knows pgx), lock.go

@@ -29,8 +29,9 @@ type store struct {
 	timeout time.Duration // bound on each call, waiting for a connection included
 }
 
-// dbTimeout bounds every lockdb call (docs/contracts/configuration.md: a request waiting longer than 2 s for a
-// connection answers 503), and rollbackTimeout the rollback that may follow it.
+// dbTimeout bounds every lockdb call (docs/contracts/configuration.md: a request
+// waiting longer than 2 s for a connection answers 503), and rollbackTimeout the
+// rollback that may follow it.
 const (
 	dbTimeout       = 2 * time.Second
 	rollbackTimeout = time.Second
@@ -63,9 +64,9 @@ func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error)
 	return lockdb.Tree().Migrate(ctx, s.pool, logger)
 }
 
-// sqlGrant is the pinned grant of docs/contracts/database.md, verbatim. The token moves in the same row update
-// that grants the lease, so no later grant can carry a smaller number; the WHERE
-// is judged by clock_timestamp() after the row-lock wait.
+// sqlGrant is the pinned grant of docs/contracts/database.md, verbatim. The token
+// moves in the same row update that grants the lease, so no later grant can carry a
+// smaller number; the WHERE is judged by clock_timestamp() after the row-lock wait.
 const sqlGrant = `
 INSERT INTO lock_lease AS l (lock_name, owner_id, token, acquired_at, expires_at)
 VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond')

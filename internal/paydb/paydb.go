@@ -1,7 +1,8 @@
-// Package paydb embeds paydb's one migration tree: rail-proxy's rail_high_water
-// and rail_submission, payment-resource's payout and ledger_entry (docs/contracts/database.md), the
-// reconciler's statement copy, exceptions and cursor (docs/contracts/reconciliation.md). Each of the three
-// services' `migrate` applies the whole tree.
+// Package paydb embeds paydb's one migration tree: rail-proxy's rail_high_water and
+// rail_submission, payment-resource's payout and ledger_entry
+// (docs/contracts/database.md), the reconciler's statement copy, exceptions and
+// cursor (docs/contracts/reconciliation.md). Each of the three services' `migrate`
+// applies the whole tree.
 package paydb
 
 import (

@@ -25,10 +25,11 @@ const maxAnswerBytes = 8 << 20
 // *lockapi.Problem (use errors.As and look at Code); any other error is a
 // transport failure or an answer that is not the API's.
 //
-// It never sends X-Idempotency-Key (the transport hazard, docs/contracts/executor.md): without it a POST is
-// never silently resent by net/http on a reused connection, so a claim is never
-// presented twice (a second presentation of the same token would come back
-// FENCED_OUT and mislead the caller).
+// It never sends X-Idempotency-Key (the transport hazard,
+// docs/contracts/executor.md): without it a POST is never silently resent by
+// net/http on a reused connection, so a claim is never presented twice (a second
+// presentation of the same token would come back FENCED_OUT and mislead the
+// caller).
 type Client struct {
 	BaseURL string
 	HTTP    *http.Client

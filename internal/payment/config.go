@@ -25,7 +25,8 @@ const (
 	maxMaxConns      = 10_000
 )
 
-// Config is every setting of payment-resource (docs/contracts/configuration.md) plus the in-process hooks.
+// Config is every setting of payment-resource (docs/contracts/configuration.md)
+// plus the in-process hooks.
 type Config struct {
 	Addr          string // PAYMENT_RESOURCE_ADDR
 	LogLevel      string // LOG_LEVEL
@@ -34,9 +35,10 @@ type Config struct {
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
-	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint (docs/contracts/reconciliation.md)
+	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint
 	// GrantKeysFile is PAYMENT_GRANT_KEYS_FILE: the JWK Set every claim's and
-	// post's X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty: grants are not verified.
+	// post's X-Fencing-Grant is verified with (docs/contracts/signed-grants.md).
+	// Empty: grants are not verified.
 	GrantKeysFile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
@@ -44,8 +46,8 @@ type Config struct {
 
 	// DBTimeout bounds one request's paydb work, the wait for a pool connection
 	// included; past it the request answers 503 UNAVAILABLE. Zero means
-	// DefaultDBTimeout (2 s, docs/contracts/configuration.md). Not a setting: a test hook, so a test of the
-	// 503 path need not wait the full bound.
+	// DefaultDBTimeout (2 s, docs/contracts/configuration.md). Not a setting: a
+	// test hook, so a test of the 503 path need not wait the full bound.
 	DBTimeout time.Duration
 }
 

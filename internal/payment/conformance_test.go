@@ -22,11 +22,11 @@ var exempt = apitest.ServeEndpoints500()
 
 const conformanceSettleToken = "conformance-settle-token-0123456789"
 
-// The answers the behavioural tests have no reason to give: the aliases (docs/contracts/observability.md),
-// the document itself, 503 UNAVAILABLE of the list and of settle while paydb
-// refuses connections, and the 500 INTERNAL of every payout call, provoked by
-// taking paydb's payout table away from a running server (an error PostgreSQL
-// reports that is not unavailability).
+// The answers the behavioural tests have no reason to give: the aliases
+// (docs/contracts/observability.md), the document itself, 503 UNAVAILABLE of the
+// list and of settle while paydb refuses connections, and the 500 INTERNAL of every
+// payout call, provoked by taking paydb's payout table away from a running server
+// (an error PostgreSQL reports that is not unavailability).
 func TestConformanceRareAnswers(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *payment.Config) { c.SettleToken = conformanceSettleToken })

@@ -159,8 +159,9 @@ func TestServesAcrossFailover(t *testing.T) {
 	}
 }
 
-// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set (docs/contracts/configuration.md);
-// with it, payment-resource serves, says so at ERROR and shows the gauge.
+// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set
+// (docs/contracts/configuration.md); with it, payment-resource serves, says so at
+// ERROR and shows the gauge.
 func TestRefusesPaydbWithFsyncOff(t *testing.T) {
 	p := pgtest.Pair(t, pgcluster.PairOptions{}) // a throwaway server: fsync off
 	cfg := payment.DefaultConfig()

@@ -9,8 +9,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-// loadGrantKeys reads PAYMENT_GRANT_KEYS_FILE (docs/contracts/signed-grants.md): nil when it is empty. A file
-// that cannot be read or holds no usable Ed25519 key is a bad setting (exit 2).
+// loadGrantKeys reads PAYMENT_GRANT_KEYS_FILE (docs/contracts/signed-grants.md):
+// nil when it is empty. A file that cannot be read or holds no usable Ed25519 key
+// is a bad setting (exit 2).
 func loadGrantKeys(path string) (*grant.KeySet, int, error) {
 	if path == "" {
 		return nil, 0, nil
@@ -22,13 +23,13 @@ func loadGrantKeys(path string) (*grant.KeySet, int, error) {
 	return set, ignored, nil
 }
 
-// checkGrant is docs/contracts/signed-grants.md at fence point (a), between the request's validation and any
-// write. The grant must be of the payout's own account, so the payout is read
-// first: an unknown payout stays 404 NOT_FOUND, and only then does a grant that
-// does not prove the token answer 401 — before PAYOUT_FINAL and FENCED_OUT, so a
-// caller without a grant learns nothing about the payout's state. A payout's
-// account never changes, so the read cannot go stale before the write. It
-// returns false when it has answered.
+// checkGrant is docs/contracts/signed-grants.md at fence point (a), between the
+// request's validation and any write. The grant must be of the payout's own
+// account, so the payout is read first: an unknown payout stays 404 NOT_FOUND, and
+// only then does a grant that does not prove the token answer 401 — before
+// PAYOUT_FINAL and FENCED_OUT, so a caller without a grant learns nothing about the
+// payout's state. A payout's account never changes, so the read cannot go stale
+// before the write. It returns false when it has answered.
 func (h *handlers) checkGrant(ctx context.Context, w http.ResponseWriter, r *http.Request, id string, f lockapi.Fencing) bool {
 	if !h.grants.Verifying() {
 		return true

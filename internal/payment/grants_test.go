@@ -119,9 +119,9 @@ func TestGrantRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
-// Precedence at payment-resource (docs/contracts/signed-grants.md): 400 first, then NOT_FOUND (the payout's
-// account is needed), then the grant — before PAYOUT_FINAL and FENCED_OUT, so a
-// caller without a grant learns nothing of the payout's state.
+// Precedence at payment-resource (docs/contracts/signed-grants.md): 400 first, then
+// NOT_FOUND (the payout's account is needed), then the grant — before PAYOUT_FINAL
+// and FENCED_OUT, so a caller without a grant learns nothing of the payout's state.
 func TestGrantPrecedenceAtPaymentResource(t *testing.T) {
 	t.Parallel()
 	key, keysFile := granttest.Keys(t)

@@ -22,7 +22,7 @@ type handlers struct {
 	dbTimeout time.Duration
 
 	settleToken string      // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
-	grants      *grant.Gate // docs/contracts/signed-grants.md: claims and posts must prove their token, when it verifies
+	grants      *grant.Gate // claims and posts must prove their token, when it verifies
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.
@@ -165,8 +165,9 @@ func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id strin
 	case errors.As(err, &final):
 		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutFinal,
 			"payout "+id+" is "+final.Status+"; a final payout never changes",
-			// docs/contracts/payments.md names this member "status", which RFC 9457 and the conventions of docs/contracts/README.md
-			// reserve for the HTTP status; the payout's status goes in payoutStatus.
+			// docs/contracts/payments.md names this member "status", which RFC 9457
+			// and the conventions of docs/contracts/README.md reserve for the HTTP
+			// status; the payout's status goes in payoutStatus.
 			map[string]any{"payoutStatus": final.Status}))
 	case errors.As(err, &fenced):
 		h.metrics.fenced()

@@ -9,12 +9,13 @@ import (
 	"lock.dev/lockapi"
 )
 
-// metrics are payment-resource's series (docs/contracts/observability.md), registered in the service's own
-// registry and zero-initialised for every label value of their closed sets.
+// metrics are payment-resource's series (docs/contracts/observability.md),
+// registered in the service's own registry and zero-initialised for every label
+// value of their closed sets.
 type metrics struct {
 	fencedOut   *prometheus.CounterVec // lock_fenced_out_total{resource}
 	transitions *prometheus.CounterVec // payout_transition_total{to}
-	settles     *prometheus.CounterVec // payout_settle_total{outcome} (docs/contracts/reconciliation.md)
+	settles     *prometheus.CounterVec // payout_settle_total{outcome}
 }
 
 // transitionLabels is the closed set of payout_transition_total's "to".

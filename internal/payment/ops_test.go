@@ -20,8 +20,9 @@ import (
 	"lock.dev/lockapi"
 )
 
-// Every series (docs/contracts/observability.md) of payment-resource exists from start-up at 0, for each value
-// of its closed label set, on /metrics and /actuator/prometheus alike.
+// Every series (docs/contracts/observability.md) of payment-resource exists from
+// start-up at 0, for each value of its closed label set, on /metrics and
+// /actuator/prometheus alike.
 func TestMetricsZeroInitialised(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -264,9 +265,9 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	}
 }
 
-// Settings: the defaults (docs/contracts/configuration.md), environment, flags winning over it, out-of-bounds
-// values refused naming the variable, unknown subcommands refused, --help
-// listing every setting.
+// Settings: the defaults (docs/contracts/configuration.md), environment, flags
+// winning over it, out-of-bounds values refused naming the variable, unknown
+// subcommands refused, --help listing every setting.
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -81,7 +81,8 @@ func (s *store) requireSchema(ctx context.Context) error {
 	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
 }
 
-// migrate applies the whole paydb tree (rail-proxy's tables too: docs/contracts/database.md keeps one tree).
+// migrate applies the whole paydb tree (rail-proxy's tables too:
+// docs/contracts/database.md keeps one tree).
 func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
 	return paydb.Tree().Migrate(ctx, s.pool, logger)
 }

@@ -71,10 +71,10 @@ type admitter struct {
 }
 
 // lateMargin is how long before a row's interrupt_at the proxy stops trying to
-// write the outcome it knows: "shortly before" (docs/contracts/rail-proxy.md, "Interrupted intents"), so
-// that the janitor only ever takes over the rows of a proxy that is really gone,
-// and a write still running when the janitor looks is one of its own bounded
-// attempts, not an open-ended one.
+// write the outcome it knows: "shortly before" (docs/contracts/rail-proxy.md,
+// "Interrupted intents"), so that the janitor only ever takes over the rows of a
+// proxy that is really gone, and a write still running when the janitor looks is
+// one of its own bounded attempts, not an open-ended one.
 const lateMargin = time.Second
 
 // unsentAnswerBound bounds the UNSENT write a 503 intent_commit waits for. A
@@ -232,8 +232,9 @@ func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res reso
 			"error", call.Err.Error())
 	}
 	if wrote {
-		// The one line every submission writes (docs/contracts/observability.md): typed attributes, so that
-		// none of its values is boxed into an interface on the way.
+		// The one line every submission writes (docs/contracts/observability.md):
+		// typed attributes, so that none of its values is boxed into an interface
+		// on the way.
 		ref := slog.Any("railReference", nil)
 		if res.railRef != nil {
 			ref = slog.String("railReference", *res.railRef)

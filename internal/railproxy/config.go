@@ -1,8 +1,8 @@
 // Package railproxy is rail-proxy, fence point (c): the only process permitted to
 // call the payment rail. Every submission passes a durable per-account high-water
 // mark of fencing tokens in paydb before the rail is touched, leaves one
-// rail_submission row, and reaches the rail at most once (docs/contracts/database.md, docs/contracts/rail-proxy.md
-// #ct3-railproxy).
+// rail_submission row, and reaches the rail at most once
+// (docs/contracts/database.md, docs/contracts/rail-proxy.md #ct3-railproxy).
 package railproxy
 
 import (
@@ -29,14 +29,15 @@ const (
 	ResolveBound = 2 * time.Second
 	// HealthTimeout bounds the railStub readiness probe.
 	HealthTimeout = time.Second
-	// DefaultJanitorInterval is how often unresolved intents are swept (docs/contracts/rail-proxy.md asks
-	// for at least every 10 s).
+	// DefaultJanitorInterval is how often unresolved intents are swept
+	// (docs/contracts/rail-proxy.md asks for at least every 10 s).
 	DefaultJanitorInterval = 10 * time.Second
 	// MaxPaydbConns is a sanity bound on PAYDB_MAX_CONNS.
 	MaxPaydbConns = 1000
 	// InterruptMargin is how far RAIL_PROXY_INTERRUPTED_AFTER must at least exceed
-	// the in-flight bound (docs/contracts/rail-proxy.md "Interrupted intents"): room for pauses of the
-	// process (a GC, a descheduled container) on top of every bound it keeps.
+	// the in-flight bound (docs/contracts/rail-proxy.md "Interrupted intents"):
+	// room for pauses of the process (a GC, a descheduled container) on top of
+	// every bound it keeps.
 	InterruptMargin = 2 * time.Second
 	// DefaultRailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT's default: below the
 	// idle timeouts of common HTTP servers and proxies in front of a rail (Node
@@ -63,7 +64,8 @@ type Config struct {
 	RailIdleConnTimeout time.Duration
 	UnsafeNonDurableDB  bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
 	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
-	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty: grants are not verified.
+	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty:
+	// grants are not verified.
 	GrantKeysFile string
 	// MaxGroup is RAIL_PROXY_MAX_GROUP: at most this many submissions are
 	// admitted in one transaction (and resolved in one statement); 1 admits one
@@ -158,10 +160,11 @@ func (c Config) Validate() error {
 }
 
 // janitorInterval is min(10 s, RAIL_PROXY_INTERRUPTED_AFTER/4), or the test hook
-// when it is smaller. A row becomes interrupted at InterruptedAfter and is swept
-// at most one interval later, so with a short InterruptedAfter (a demo's few
-// seconds) a fixed 10 s would leave it unresolved for several times its own age;
-// a quarter keeps that delay proportionate and never beyond the 10 s of docs/contracts/rail-proxy.md.
+// when it is smaller. A row becomes interrupted at InterruptedAfter and is swept at
+// most one interval later, so with a short InterruptedAfter (a demo's few seconds)
+// a fixed 10 s would leave it unresolved for several times its own age; a quarter
+// keeps that delay proportionate and never beyond the 10 s of
+// docs/contracts/rail-proxy.md.
 func (c Config) janitorInterval() time.Duration {
 	d := DefaultJanitorInterval
 	if q := c.InterruptedAfter / 4; q > 0 && q < d {

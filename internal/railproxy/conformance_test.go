@@ -26,8 +26,9 @@ var exempt = []apitest.Exemption{
 	apitest.Exempt("", "", 500, "only a handler panic answers 500"),
 }
 
-// The answers the behavioural tests have no reason to give: the aliases (docs/contracts/observability.md)
-// (UP with a rail, DOWN without one) and the document itself.
+// The answers the behavioural tests have no reason to give: the aliases
+// (docs/contracts/observability.md) (UP with a rail, DOWN without one) and the
+// document itself.
 func TestConformanceRareAnswers(t *testing.T) {
 	t.Parallel()
 	rail := startStub(t, 0)

@@ -34,9 +34,10 @@ func TestUnsafeNonDurableDBSetting(t *testing.T) {
 	}
 }
 
-// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set (docs/contracts/configuration.md);
-// with it, rail-proxy serves, says so at ERROR and shows the gauge. A real
-// standby is refused as well: no connection of the pool may reach one.
+// A paydb whose fsync is off is refused unless UNSAFE_NON_DURABLE_DB is set
+// (docs/contracts/configuration.md); with it, rail-proxy serves, says so at ERROR
+// and shows the gauge. A real standby is refused as well: no connection of the pool
+// may reach one.
 func TestRefusesPaydbWithFsyncOffAndAStandby(t *testing.T) {
 	p := pgtest.Pair(t, pgcluster.PairOptions{}) // throwaway servers: fsync off
 	cfg := testConfig(p.URL("paydb"), "http://127.0.0.1:1")

@@ -125,9 +125,10 @@ func TestGrantRefusalsWriteNothingForwardNothing(t *testing.T) {
 	}
 }
 
-// Precedence (docs/contracts/signed-grants.md): a malformed request stays 400 whatever its grant; a refused
-// grant answers 401 before the fence, also for a token the fence would refuse,
-// so the attempt leaves no FENCED row and no fenced_out.
+// Precedence (docs/contracts/signed-grants.md): a malformed request stays 400
+// whatever its grant; a refused grant answers 401 before the fence, also for a
+// token the fence would refuse, so the attempt leaves no FENCED row and no
+// fenced_out.
 func TestGrantPrecedence(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.PaydbURL(t)

@@ -9,13 +9,13 @@ import (
 )
 
 // Group admission and group resolution (docs/contracts/rail-proxy.md, "Group
-// admission"; admission.go lists the steps and both places the fence is compared). Submissions waiting at the same moment share one admission
-// transaction — one round trip, one commit, one WAL flush — and resolving writes
-// ready at the same moment share one statement. First come, first served, and no
-// timer: a worker that gets a paydb connection takes whatever is queued (at most
-// RAIL_PROXY_MAX_GROUP), so at low load a group is one submission and nothing
-// waits for company. Groups only grow while every worker is busy, which is when
-// sharing pays.
+// admission"; admission.go lists the steps and both places the fence is compared).
+// Submissions waiting at the same moment share one admission transaction — one
+// round trip, one commit, one WAL flush — and resolving writes ready at the same
+// moment share one statement. First come, first served, and no timer: a worker that
+// gets a paydb connection takes whatever is queued (at most RAIL_PROXY_MAX_GROUP),
+// so at low load a group is one submission and nothing waits for company. Groups
+// only grow while every worker is busy, which is when sharing pays.
 //
 // Workers are goroutines started when work is queued and fewer than the bound
 // run; each ends when it finds the queue empty. So there is nothing to start or

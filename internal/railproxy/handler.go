@@ -36,8 +36,9 @@ func ParseSubmission(h http.Header, body []byte) (Submission, []lockapi.FieldErr
 	}, nil
 }
 
-// BindSubmission applies the rules of docs/contracts/rail-proxy.md in their order: content type (415), size
-// (413), then headers and body (400). status is 0 when the request is well-formed.
+// BindSubmission applies the rules of docs/contracts/rail-proxy.md in their order:
+// content type (415), size (413), then headers and body (400). status is 0 when the
+// request is well-formed.
 func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi.FieldError) {
 	body, fault := jsonbody.ReadJSONBody(r)
 	if fault != nil {
@@ -50,10 +51,11 @@ func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi
 	return sub, 0, nil
 }
 
-// handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing
-// and calls nothing: validation is complete before the admission begins. So is
-// the grant check (docs/contracts/signed-grants.md): a token lock-server did not grant for this account to
-// this owner never reaches the gate's decision — no row, no mark moved, no rail.
+// handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing and
+// calls nothing: validation is complete before the admission begins. So is the
+// grant check (docs/contracts/signed-grants.md): a token lock-server did not grant
+// for this account to this owner never reaches the gate's decision — no row, no
+// mark moved, no rail.
 func handleSubmit(a *admitter, gate *grant.Gate) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sub, status, errs := BindSubmission(r)

@@ -112,9 +112,9 @@ func (m malformed) request(url string) *http.Request {
 	return r
 }
 
-// Each malformed request is INVALID_REQUEST as problem+json with
-// the status and first field the precedence of docs/contracts/rail-proxy.md gives it, and writes no row and
-// calls no rail.
+// Each malformed request is INVALID_REQUEST as problem+json with the status and
+// first field the precedence of docs/contracts/rail-proxy.md gives it, and writes
+// no row and calls no rail.
 func TestMalformedRequestsWriteNothingCallNothing(t *testing.T) {
 	t.Parallel()
 	rail := startStub(t, 0)

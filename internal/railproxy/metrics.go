@@ -17,7 +17,8 @@ const (
 
 var metricOutcomes = []string{metricAcked, metricRejected, metricAmbiguous, metricFenced, metricDuplicate, metricUnavailable}
 
-// metrics are rail-proxy's families (docs/contracts/observability.md), in the service's own registry.
+// metrics are rail-proxy's families (docs/contracts/observability.md), in the
+// service's own registry.
 type metrics struct {
 	submissions       *prometheus.CounterVec
 	duplicates        prometheus.Counter

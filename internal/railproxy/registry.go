@@ -11,10 +11,10 @@ import (
 )
 
 // MetricsRegistry is rail-proxy's registry as Run builds it — the Go and process
-// collectors and every rail-proxy family, zero-initialised (docs/contracts/observability.md) — without starting
-// anything. Deployment checks read metric names from it, so that a dashboard
-// panel or an alert rule naming a metric the service does not export fails a
-// test (internal/deploytest).
+// collectors and every rail-proxy family, zero-initialised
+// (docs/contracts/observability.md) — without starting anything. Deployment checks
+// read metric names from it, so that a dashboard panel or an alert rule naming a
+// metric the service does not export fails a test (internal/deploytest).
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg, true)

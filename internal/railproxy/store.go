@@ -350,8 +350,9 @@ func rollback(ctx context.Context, conn *pgxpool.Conn) {
 	}
 }
 
-// resolveSQL is the pinned resolution of docs/contracts/database.md: it only ever touches an unresolved row,
-// so it is idempotent and can never overwrite what the janitor (or anyone) wrote.
+// resolveSQL is the pinned resolution of docs/contracts/database.md: it only ever
+// touches an unresolved row, so it is idempotent and can never overwrite what the
+// janitor (or anyone) wrote.
 const resolveSQL = `
 UPDATE rail_submission
    SET outcome = $2, rail_reference = $3, decline_reason = $4, resolved_at = clock_timestamp()

@@ -67,9 +67,10 @@ func (c *chaos) replace(latencyMs int, declineRate, dropRate float64, seed *int6
 	return c.cur
 }
 
-// decide draws one call's fate in the order docs/contracts/rail-stub.md pins: the first draw decides a
-// decline (no money moves, so nothing to drop); otherwise the payment is accepted
-// and a second draw decides whether the connection is dropped instead of answered.
+// decide draws one call's fate in the order docs/contracts/rail-stub.md pins: the
+// first draw decides a decline (no money moves, so nothing to drop); otherwise the
+// payment is accepted and a second draw decides whether the connection is dropped
+// instead of answered.
 func (c *chaos) decide() decision {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -29,11 +29,11 @@ var exempt = append(apitest.ServeEndpoints500(),
 	apitest.Exempt("PUT", "/rail/v1/admin/chaos", 500, "no failure path but a panic"),
 	apitest.Exempt("GET", "/rail/v1/health", 500, "health has no error path but a panic"))
 
-// The answers the behavioural tests have no reason to give: the aliases (docs/contracts/observability.md),
-// the document itself, 413 on the chaos settings, and a call log that takes
-// writes but cannot sync them (a pipe: fsync fails) — the payment booked but
-// not durable is 500 INTERNAL, the reset that cannot truncate it 500, and
-// readiness DOWN on every path.
+// The answers the behavioural tests have no reason to give: the aliases
+// (docs/contracts/observability.md), the document itself, 413 on the chaos
+// settings, and a call log that takes writes but cannot sync them (a pipe: fsync
+// fails) — the payment booked but not durable is 500 INTERNAL, the reset that
+// cannot truncate it 500, and readiness DOWN on every path.
 func TestConformanceRareAnswers(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "calls.jsonl")

@@ -99,7 +99,8 @@ func TestDeclineRateOneDeclinesAndBooks(t *testing.T) {
 	if !strings.Contains(string(raw.body), `"railReference":null`) {
 		t.Fatalf("a declined call's railReference is not null on the wire: %s", raw.body)
 	}
-	// docs/contracts/rail-stub.md: the call object carries the decline reason, the one the caller was told.
+	// docs/contracts/rail-stub.md: the call object carries the decline reason, the
+	// one the caller was told.
 	if cs[0].Reason != m["reason"] || !strings.Contains(string(raw.body), `"reason":"`+DeclineReason+`"`) {
 		t.Fatalf("a declined call's reason on the wire is not the reply's %q: %s", m["reason"], raw.body)
 	}

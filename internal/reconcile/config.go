@@ -38,8 +38,8 @@ const (
 	shortSettleWindow = time.Minute
 )
 
-// Config is every reconciler setting of docs/contracts/reconciliation.md and docs/contracts/configuration.md, plus the
-// in-process hooks every service has.
+// Config is every reconciler setting of docs/contracts/reconciliation.md and
+// docs/contracts/configuration.md, plus the in-process hooks every service has.
 type Config struct {
 	Addr          string // RECONCILER_ADDR
 	LogLevel      string // LOG_LEVEL
@@ -58,7 +58,8 @@ type Config struct {
 	LogOutput io.Writer    // nil means os.Stdout
 }
 
-// DefaultConfig is the configuration with every default of docs/contracts/configuration.md and docs/contracts/reconciliation.md.
+// DefaultConfig is the configuration with every default of
+// docs/contracts/configuration.md and docs/contracts/reconciliation.md.
 func DefaultConfig() Config {
 	return Config{
 		Addr:               ":8086",

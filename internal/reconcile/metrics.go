@@ -6,7 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The exception kinds (docs/contracts/reconciliation.md), as recorded; metric labels are lower case.
+// The exception kinds (docs/contracts/reconciliation.md), as recorded; metric
+// labels are lower case.
 const (
 	KindPresentedTwice        = "PRESENTED_TWICE"
 	KindAmountMismatch        = "AMOUNT_MISMATCH"

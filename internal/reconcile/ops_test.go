@@ -23,9 +23,10 @@ const goodToken = "reconciler-token-0123456789abcdef"
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// Settings: every variable (docs/contracts/reconciliation.md) with its default, env and equal flags (flag wins),
-// --help lists them all, and a bad setting is a one-line usage error naming it —
-// never quoting the token. serve needs the token; migrate does not.
+// Settings: every variable (docs/contracts/reconciliation.md) with its default, env
+// and equal flags (flag wins), --help lists them all, and a bad setting is a
+// one-line usage error naming it — never quoting the token. serve needs the token;
+// migrate does not.
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	cmd, cfg, err := reconcile.ParseConfig(nil, envOf(map[string]string{"PAYMENT_SETTLE_TOKEN": goodToken}))
@@ -152,8 +153,9 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	}
 }
 
-// /metrics has every series (docs/contracts/reconciliation.md) from start-up, zero-initialised over its closed
-// sets; /readyz reports db and railProxy, and is 503 when rail-proxy is gone.
+// /metrics has every series (docs/contracts/reconciliation.md) from start-up,
+// zero-initialised over its closed sets; /readyz reports db and railProxy, and is
+// 503 when rail-proxy is gone.
 func TestMetricsAndReadiness(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, stack.Options{})

@@ -138,9 +138,9 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 	rep.Ambiguous = left
 	r.metrics.ambiguous.Set(float64(left))
 
-	// Not a step of the pass of docs/contracts/reconciliation.md, but paydb ground truth only this process looks at
-	// while every rail-proxy may be down: intents no janitor has resolved long
-	// after they were due.
+	// Not a step of the pass of docs/contracts/reconciliation.md, but paydb ground
+	// truth only this process looks at while every rail-proxy may be down: intents
+	// no janitor has resolved long after they were due.
 	overdue, err := ss.countOverdue(ctx)
 	if err != nil {
 		return rep, err
@@ -170,7 +170,8 @@ func (r *reconciler) settleAmbiguous(ctx context.Context, ss *session, rep *Pass
 	}
 }
 
-// settleOne applies the rules of docs/contracts/reconciliation.md to one AMBIGUOUS payout, in their order.
+// settleOne applies the rules of docs/contracts/reconciliation.md to one AMBIGUOUS
+// payout, in their order.
 func (r *reconciler) settleOne(ctx context.Context, ss *session, c candidate, rep *PassReport) error {
 	// A line of this payout could not be copied (UNSTORABLE_LINE, recorded at
 	// its import): what it says — money moved, or declined — is unreadable, so

@@ -8,9 +8,10 @@ import (
 )
 
 // MetricsRegistry is the reconciler's registry as Run builds it — the Go and
-// process collectors and every reconciler family, zero-initialised (docs/contracts/observability.md) — without
-// starting anything, so that a dashboard panel or an alert rule naming a metric
-// the reconciler does not export fails a test (internal/deploytest).
+// process collectors and every reconciler family, zero-initialised
+// (docs/contracts/observability.md) — without starting anything, so that a
+// dashboard panel or an alert rule naming a metric the reconciler does not export
+// fails a test (internal/deploytest).
 func MetricsRegistry() *prometheus.Registry {
 	reg := serve.NewRegistry()
 	newMetrics(reg)

@@ -42,7 +42,8 @@ func (s *store) requireSchema(ctx context.Context) error {
 	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
 }
 
-// migrate applies paydb's whole tree (one tree for every service of paydb, docs/contracts/database.md).
+// migrate applies paydb's whole tree (one tree for every service of paydb,
+// docs/contracts/database.md).
 func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
 	return paydb.Tree().Migrate(ctx, s.pool, logger)
 }
@@ -105,8 +106,9 @@ func (ss *session) release() {
 	ss.conn.Release()
 }
 
-// cursor is where a pass starts: paydb's now() (the pass start, docs/contracts/reconciliation.md step 1), the
-// last seq imported and the start of the last complete read.
+// cursor is where a pass starts: paydb's now() (the pass start,
+// docs/contracts/reconciliation.md step 1), the last seq imported and the start of
+// the last complete read.
 type cursor struct {
 	passStart time.Time
 	lastSeq   int64
@@ -331,9 +333,9 @@ type candidate struct {
 }
 
 const (
-	// ambiguousSQL pages through the AMBIGUOUS payouts by payout_id. The forwardable
-	// rows are those rail_submission_attempt_uidx covers (docs/contracts/database.md): the payout's one
-	// attempt at the rail.
+	// ambiguousSQL pages through the AMBIGUOUS payouts by payout_id. The
+	// forwardable rows are those rail_submission_attempt_uidx covers
+	// (docs/contracts/database.md): the payout's one attempt at the rail.
 	ambiguousSQL = `
 SELECT p.payout_id, p.account_id, p.amount_minor, p.currency,
        coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false),
@@ -459,8 +461,8 @@ RETURNING kind, payout_id, seq, detail`
 )
 
 // crossCheck records what the lines and the books' current state prove together
-// (step 3 of docs/contracts/reconciliation.md): LINE_CONTRADICTS_PAYOUT and PAID_WITHOUT_LINE. It returns the
-// exceptions newly recorded.
+// (step 3 of docs/contracts/reconciliation.md): LINE_CONTRADICTS_PAYOUT and
+// PAID_WITHOUT_LINE. It returns the exceptions newly recorded.
 func (ss *session) crossCheck(ctx context.Context, settleAfter time.Duration) ([]exception, error) {
 	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
 	defer cancel()
@@ -500,12 +502,13 @@ func (ss *session) countAmbiguous(ctx context.Context) (int64, error) {
 }
 
 // countOverdueSQL counts rail-proxy's intents (outcome NULL) still unresolved
-// OverdueGrace after their interrupt_at — submitted_at + 60 s, the default of docs/contracts/configuration.md
-// RAIL_PROXY_INTERRUPTED_AFTER, for rows older than interrupt_at — judged by
-// paydb's clock. Every live rail-proxy's janitor resolves such a row within its
-// sweep interval (at most 10 s); one that stays means no janitor is sweeping
-// paydb: every proxy is down, or paydb refuses their writes. The partial index
-// rail_submission_unresolved_idx keeps this to the unresolved rows.
+// OverdueGrace after their interrupt_at — submitted_at + 60 s, the default of
+// docs/contracts/configuration.md RAIL_PROXY_INTERRUPTED_AFTER, for rows older than
+// interrupt_at — judged by paydb's clock. Every live rail-proxy's janitor resolves
+// such a row within its sweep interval (at most 10 s); one that stays means no
+// janitor is sweeping paydb: every proxy is down, or paydb refuses their writes.
+// The partial index rail_submission_unresolved_idx keeps this to the unresolved
+// rows.
 const countOverdueSQL = `SELECT count(*) FROM rail_submission
  WHERE outcome IS NULL
    AND coalesce(interrupt_at, submitted_at + interval '60 seconds') < now() - $1 * interval '1 millisecond'`

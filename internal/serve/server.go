@@ -22,7 +22,8 @@ import (
 	"lock.dev/lockapi"
 )
 
-// NewLogger is the logger (docs/contracts/observability.md): one JSON object per line, every line with service.
+// NewLogger is the logger (docs/contracts/observability.md): one JSON object per
+// line, every line with service.
 func NewLogger(w io.Writer, service, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {

@@ -1,6 +1,7 @@
 // Package serve is how every lock.dev service runs: settings from environment
-// variables and equal flags (docs/contracts/configuration.md), the JSON logger, metrics and health
-// endpoints (docs/contracts/observability.md), problem+json for unknown routes, and a graceful HTTP server.
+// variables and equal flags (docs/contracts/configuration.md), the JSON logger,
+// metrics and health endpoints (docs/contracts/observability.md), problem+json for
+// unknown routes, and a graceful HTTP server.
 package serve
 
 import (

@@ -115,8 +115,9 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		Tap:        true,
 		Log:        logs,
 		Env: map[string]map[string]string{
-			// The shortest interrupted-intent age docs/contracts/rail-proxy.md allows for these timeouts, so
-			// intents the failover left unresolved settle within the test.
+			// The shortest interrupted-intent age docs/contracts/rail-proxy.md
+			// allows for these timeouts, so intents the failover left unresolved
+			// settle within the test.
 			"rail-proxy": {"RAIL_READ_TIMEOUT": "300ms", "RAIL_CONNECT_TIMEOUT": "200ms", "RAIL_PROXY_INTERRUPTED_AFTER": "6500ms"},
 			"rail-stub":  {"RAIL_STUB_SEED": "9", "RAIL_STUB_LATENCY_MS": "20", "RAIL_STUB_DECLINE_RATE": "0.1"},
 		},

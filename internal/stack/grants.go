@@ -8,9 +8,10 @@ import (
 )
 
 // GrantEnv makes a key pair in dir with the code of `lock-server keygen` and
-// returns the settings that turn signed grants on (docs/contracts/signed-grants.md): lock-server signs every grant with the
-// private key, rail-proxy and payment-resource verify with the public key set.
-// Merge it into Options.Env with MergeEnv.
+// returns the settings that turn signed grants on
+// (docs/contracts/signed-grants.md): lock-server signs every grant with the private
+// key, rail-proxy and payment-resource verify with the public key set. Merge it
+// into Options.Env with MergeEnv.
 func GrantEnv(dir string) (map[string]map[string]string, error) {
 	if _, err := grant.Keygen(dir); err != nil {
 		return nil, err

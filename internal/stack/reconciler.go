@@ -20,8 +20,9 @@ type Reconciler struct {
 	p   *inProcess
 }
 
-// StartReconciler runs a reconciler (docs/contracts/reconciliation.md) in-process on a free port, configured
-// like the other services through its variables (docs/contracts/configuration.md, reconciliation.md): paydb, rail-proxy and
+// StartReconciler runs a reconciler (docs/contracts/reconciliation.md) in-process
+// on a free port, configured like the other services through its variables
+// (docs/contracts/configuration.md, reconciliation.md): paydb, rail-proxy and
 // payment-resource of the stack and the stack's settle token, then
 // Options.Env["reconciler"], then env. It returns once the reconciler is ready;
 // Close stops it, before the other services. Several may run at once.
@@ -96,10 +97,11 @@ func (r *Reconciler) completedPasses(ctx context.Context) (float64, error) {
 }
 
 // lastDeadlineSQL is the latest moment a settle window starts from, as the
-// reconciler's rules read it (docs/contracts/reconciliation.md): every attempt's submitted_at, and the
-// updated_at of an AMBIGUOUS or PAID payout without a forwardable attempt (a PAID
-// payout settled from the statement has its ACCEPTED line by construction, so
-// its window never matters). Before any attempt: paydb's now().
+// reconciler's rules read it (docs/contracts/reconciliation.md): every attempt's
+// submitted_at, and the updated_at of an AMBIGUOUS or PAID payout without a
+// forwardable attempt (a PAID payout settled from the statement has its ACCEPTED
+// line by construction, so its window never matters). Before any attempt: paydb's
+// now().
 const lastDeadlineSQL = `
 SELECT coalesce(greatest(
          (SELECT max(submitted_at) FROM rail_submission),

@@ -1,7 +1,8 @@
 // Package stack runs the whole lock.dev system on one machine for tests and
 // lockdemo: a throwaway PostgreSQL (or given databases), migrated, and lock-server,
 // payment-resource, rail-stub and rail-proxy on free loopback ports. Services are
-// configured through their environment variables (docs/contracts/configuration.md), exactly as an operator would.
+// configured through their environment variables (docs/contracts/configuration.md),
+// exactly as an operator would.
 //
 // rail-proxy can run as a child process so that it can be crashed (SIGKILL: no
 // drain, no resolving writes) and restarted on the same port. A program that uses
@@ -57,8 +58,9 @@ type Options struct {
 	// which record every token lock-server answers an acquire with and every
 	// answer's status, for the invariant checker and a failover's report.
 	Tap bool
-	// Env adds or overrides settings (the variable names of docs/contracts/configuration.md) per service:
-	// "rail-proxy", "rail-stub", "lock-server", "payment-resource", "reconciler".
+	// Env adds or overrides settings (the variable names of
+	// docs/contracts/configuration.md) per service: "rail-proxy", "rail-stub",
+	// "lock-server", "payment-resource", "reconciler".
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
 	Log io.Writer

@@ -13,7 +13,8 @@ import (
 )
 
 // Case is one presentation a fence point must refuse: the X-Fencing-Grant values
-// (nil: no header), what the request presents besides, and the reason docs/contracts/signed-grants.md gives.
+// (nil: no header), what the request presents besides, and the reason
+// docs/contracts/signed-grants.md gives.
 type Case struct {
 	Name    string
 	Grants  []string
@@ -23,12 +24,12 @@ type Case struct {
 	Reason  string
 }
 
-// Catalogue is every refusal reason of docs/contracts/signed-grants.md, with the attacks it must refuse
-// (alg none, HS256 "signed" with the public key, tok off by one, a grant of
-// acct-1 for acct-10), against a fence point that verifies with key's public half.
-// The honest presentation is a grant of token on account:account to owner; every
-// case changes one thing. account must be "acct-1" for the acct-10 case to mean
-// what it says.
+// Catalogue is every refusal reason of docs/contracts/signed-grants.md, with the
+// attacks it must refuse (alg none, HS256 "signed" with the public key, tok off by
+// one, a grant of acct-1 for acct-10), against a fence point that verifies with
+// key's public half. The honest presentation is a grant of token on account:account
+// to owner; every case changes one thing. account must be "acct-1" for the acct-10
+// case to mean what it says.
 func Catalogue(key ed25519.PrivateKey, account string, token int64, owner string) ([]Case, error) {
 	signer, err := grant.NewSigner(key)
 	if err != nil {
