@@ -49,7 +49,7 @@ func TestConformanceRareAnswers(t *testing.T) {
 	a := status(http.MethodPost, lockURL(s.URL, "c", "/renew"), leaseHeaders("a", l.Token), append(big, `"}`...))
 	wantProblem(t, "renew with a 70 KiB body", a, http.StatusRequestEntityTooLarge, lockapi.CodeInvalidRequest)
 
-	proxy.set(proxyDown)
+	proxy.Down()
 	for _, p := range []string{"/actuator/health/readiness", "/actuator/health"} {
 		if a := status(http.MethodGet, s.URL+p, nil, nil); a.Status != http.StatusServiceUnavailable {
 			t.Errorf("GET %s with lockdb down: %v, want 503", p, a)

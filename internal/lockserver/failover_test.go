@@ -14,6 +14,7 @@ import (
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -25,49 +26,6 @@ func onPair(t *testing.T) (*pgcluster.Pair, *testServer) {
 	p := pgtest.Pair(t, pgcluster.PairOptions{Sync: true})
 	t.Cleanup(p.ReleaseStandby) // before Stop: a held standby would hold the drain's commits
 	return p, startServer(t, testConfig(p.URL("lockdb")))
-}
-
-// cancelSyncWait waits until a lockdb COMMIT waits for the held standby, checks
-// the call has not answered yet, and cancels (or terminates) that backend's wait.
-func cancelSyncWait[T any](t *testing.T, p *pgcluster.Pair, terminate bool, done <-chan T) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	type waiter struct {
-		pid int
-		err error
-	}
-	waiting := make(chan waiter, 1)
-	go func() {
-		pid, err := p.WaitSyncRep(ctx)
-		waiting <- waiter{pid, err}
-	}()
-	var pid int
-	select {
-	case r := <-done:
-		t.Fatalf("the call answered (%v) without waiting for the standby", r)
-	case w := <-waiting:
-		if w.err != nil {
-			t.Fatal(w.err)
-		}
-		pid = w.pid
-	}
-	select {
-	case r := <-done:
-		t.Fatalf("the call answered (%v) while its COMMIT waited for the standby", r)
-	default:
-	}
-	if err := p.CancelBackend(ctx, pid, terminate); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-done:
-		return r
-	case <-ctx.Done():
-		t.Fatal("no answer after the wait was cancelled")
-	}
-	var zero T
-	return zero
 }
 
 type leaseAnswer struct {
@@ -93,7 +51,7 @@ func TestGrantNotDurableIsNotGranted(t *testing.T) {
 			a, l, err := acquireCall(s.URL, name, "owner-raw", 10_000)
 			done <- leaseAnswer{a, l, err}
 		}()
-		r := cancelSyncWait(t, p, terminate, done)
+		r := testkit.CancelSyncWait(t, p, terminate, done)
 		if r.err != nil || r.a.Status != http.StatusServiceUnavailable || r.a.problem().Code != lockapi.CodeUnavailable {
 			t.Fatalf("grant with a cancelled sync wait (terminate=%v): %v %v; want 503 UNAVAILABLE", terminate, r.a, r.err)
 		}
@@ -120,7 +78,7 @@ func TestGrantNotDurableIsNotGranted(t *testing.T) {
 		l, err := c.Acquire(context.Background(), "account:client", "owner-client", 10*time.Second)
 		done <- acq{l, err}
 	}()
-	r := cancelSyncWait(t, p, false, done)
+	r := testkit.CancelSyncWait(t, p, false, done)
 	if r.lease != nil || !errors.Is(r.err, lockclient.ErrUnavailable) {
 		t.Fatalf("lockclient Acquire with a cancelled sync wait: lease %v, err %v; want no lease and ErrUnavailable", r.lease, r.err)
 	}
@@ -136,7 +94,7 @@ func TestGrantNotDurableIsNotGranted(t *testing.T) {
 		a, l, err := renewCall(s.URL, "account:renew", "owner-renew", l.Token, 10_000)
 		renewed <- leaseAnswer{a, l, err}
 	}()
-	if r := cancelSyncWait(t, p, false, renewed); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+	if r := testkit.CancelSyncWait(t, p, false, renewed); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
 		t.Fatalf("renew with a cancelled sync wait: %v %v; want 503", r.a, r.err)
 	}
 	released := make(chan leaseAnswer, 1)
@@ -144,7 +102,7 @@ func TestGrantNotDurableIsNotGranted(t *testing.T) {
 		a, err := releaseCall(s.URL, "account:renew", "owner-renew", l.Token)
 		released <- leaseAnswer{a: a, err: err}
 	}()
-	if r := cancelSyncWait(t, p, false, released); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+	if r := testkit.CancelSyncWait(t, p, false, released); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
 		t.Fatalf("release with a cancelled sync wait: %v %v; want 503", r.a, r.err)
 	}
 	p.ReleaseStandby()
@@ -244,7 +202,7 @@ func TestGrantNotDurableWhateverClientMinMessages(t *testing.T) {
 			a, l, err := acquireCall(s.URL, name+"-grant", "owner", 10_000)
 			granted <- leaseAnswer{a, l, err}
 		}()
-		r := cancelSyncWait(t, p, false, granted)
+		r := testkit.CancelSyncWait(t, p, false, granted)
 		if r.err != nil || r.a.Status != http.StatusServiceUnavailable || r.a.problem().Code != lockapi.CodeUnavailable ||
 			strings.Contains(string(r.a.Body), `"token"`) {
 			t.Errorf("client_min_messages = error (%s): grant with a cancelled sync wait: %v %v; want 503 UNAVAILABLE, no token", quiet, r.a, r.err)
@@ -260,7 +218,7 @@ func TestGrantNotDurableWhateverClientMinMessages(t *testing.T) {
 			a, l, err := renewCall(s.URL, name, "owner", l.Token, 10_000)
 			renewed <- leaseAnswer{a, l, err}
 		}()
-		if r := cancelSyncWait(t, p, false, renewed); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+		if r := testkit.CancelSyncWait(t, p, false, renewed); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
 			t.Errorf("client_min_messages = error (%s): renew with a cancelled sync wait: %v %v; want 503", quiet, r.a, r.err)
 		}
 		released := make(chan leaseAnswer, 1)
@@ -268,7 +226,7 @@ func TestGrantNotDurableWhateverClientMinMessages(t *testing.T) {
 			a, err := releaseCall(s.URL, name, "owner", l.Token)
 			released <- leaseAnswer{a: a, err: err}
 		}()
-		if r := cancelSyncWait(t, p, false, released); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
+		if r := testkit.CancelSyncWait(t, p, false, released); r.err != nil || r.a.Status != http.StatusServiceUnavailable {
 			t.Errorf("client_min_messages = error (%s): release with a cancelled sync wait: %v %v; want 503", quiet, r.a, r.err)
 		}
 		p.ReleaseStandby()

@@ -2,12 +2,14 @@ package lockserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -96,7 +98,7 @@ func TestReadinessAndUnavailableFollowLockdb(t *testing.T) {
 	}
 	l := mustAcquire(t, s.URL, "r", "a", 60000)
 
-	proxy.set(proxyDown)
+	proxy.Down()
 	if code, r := ready(t, s.URL); code != http.StatusServiceUnavailable || r.Status != "DOWN" || r.Components["db"].Status != "DOWN" {
 		t.Errorf("readyz with lockdb down: %d %+v", code, r)
 	}
@@ -110,7 +112,7 @@ func TestReadinessAndUnavailableFollowLockdb(t *testing.T) {
 	a = getJSON(t, lockURL(s.URL, "r", ""), nil)
 	wantProblem(t, "GET with lockdb down", a, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
 
-	proxy.set(proxyStall)
+	proxy.Hold()
 	start := time.Now()
 	a, _ = releaseCall(s.URL, "r", "a", l.Token)
 	wantProblem(t, "release with lockdb stalled", a, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
@@ -118,19 +120,12 @@ func TestReadinessAndUnavailableFollowLockdb(t *testing.T) {
 		t.Errorf("stalled call answered after %s, before its %s bound: it cannot have waited for lockdb", d, dbTimeout)
 	}
 
-	proxy.set(proxyDown) // drop the stalled connections
-	proxy.set(proxyUp)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	proxy.Down() // drop the stalled connections
+	proxy.Forward()
+	testkit.EventuallyState(t, 10*time.Second, "readyz to recover", func() (bool, string) {
 		code, r := ready(t, s.URL)
-		if code == http.StatusOK && r.Components["db"].Status == "UP" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz did not recover: %d %+v", code, r)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return code == http.StatusOK && r.Components["db"].Status == "UP", fmt.Sprintf("%d %+v", code, r)
+	})
 	// Nothing the failed calls tried happened: the lease is still a's, token 1.
 	var st lockapi.LockState
 	if a := getJSON(t, lockURL(s.URL, "r", ""), &st); a.Status != http.StatusOK || !st.Held || *st.OwnerID != "a" || st.Token != 1 {

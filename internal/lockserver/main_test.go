@@ -20,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
+	"lock.dev/internal/testkit/faultproxy"
 	"lock.dev/lockapi"
 )
 
@@ -81,25 +83,20 @@ func startServer(t testing.TB, cfg Config) *testServer {
 		})
 	}
 	t.Cleanup(s.stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.EventuallyState(t, 20*time.Second, "lock-server to be ready", func() (bool, string) {
 		select {
 		case err := <-errc:
 			t.Fatalf("Run returned before serving: %v", err)
 		default:
 		}
 		resp, err := testHTTP.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lock-server not ready: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return s
 }
 
 // testHTTP is the client of every test: its exchanges with a server a test
@@ -265,139 +262,10 @@ func waitDBPast(t *testing.T, q *pgxpool.Pool, at time.Time) {
 // syncBuffer is a log sink several goroutines write to.
 type syncBuffer struct{ logcapture.Buffer }
 
-// tcpProxy stands between lock-server and PostgreSQL so a test can cut lockdb
-// off (down: connections dropped and refused) or stall it (bytes stop flowing).
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cond  *sync.Cond
-	mode  proxyMode
-	conns map[net.Conn]struct{}
-}
-
-type proxyMode int
-
-const (
-	proxyUp proxyMode = iota
-	proxyDown
-	proxyStall
-)
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.cond = sync.NewCond(&p.mu)
-	go p.accept()
-	t.Cleanup(func() {
-		p.set(proxyDown)
-		ln.Close()
-	})
-	return p
-}
-
 // startBehindProxy starts a lock-server on a fresh lockdb that it reaches only
-// through a tcpProxy the test controls (refuse, stall, restore).
-func startBehindProxy(t *testing.T) (*testServer, *tcpProxy) {
+// through a TCP fault proxy the test controls (Down, Hold, Forward).
+func startBehindProxy(t *testing.T) (*testServer, *faultproxy.Proxy) {
 	t.Helper()
-	dbURL := pgtest.LockdbURL(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	return startServer(t, testConfig(proxy.proxiedURL(t, dbURL))), proxy
-}
-
-// proxiedURL is dbURL with its host replaced by the proxy's.
-func (p *tcpProxy) proxiedURL(t *testing.T, dbURL string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.ln.Addr().String()
-	return u.String()
-}
-
-func (p *tcpProxy) set(m proxyMode) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.mode = m
-	if m == proxyDown {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-	p.cond.Broadcast()
-}
-
-func (p *tcpProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.mode == proxyDown {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
-		go p.pipe(c)
-	}
-}
-
-func (p *tcpProxy) pipe(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.mode == proxyDown {
-		p.mu.Unlock()
-		c.Close()
-		up.Close()
-		return
-	}
-	p.conns[up] = struct{}{}
-	p.mu.Unlock()
-	go p.copy(up, c)
-	p.copy(c, up)
-}
-
-// copy moves bytes from src to dst, holding them while the proxy is stalled.
-func (p *tcpProxy) copy(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.mode == proxyStall {
-				p.cond.Wait()
-			}
-			down := p.mode == proxyDown
-			p.mu.Unlock()
-			if down {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
+	proxy, viaURL := testkit.FaultProxyURL(t, pgtest.LockdbURL(t))
+	return startServer(t, testConfig(viaURL)), proxy
 }
