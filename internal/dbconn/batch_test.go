@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"lock.dev/internal/dbconn"
+	"lock.dev/internal/testkit"
 )
 
 // DurableBatch is an autocommit that keeps the durability rule: with the
@@ -45,7 +46,7 @@ func TestDurableBatch(t *testing.T) {
 	}
 	done := make(chan commitResult, 1)
 	go func() { done <- commitResult{err: dbconn.DurableBatch(ctx, pool, insert("cancelled"), read)} }()
-	r := cancelWait(t, pool, "pg_cancel_backend", done)
+	r := testkit.CancelSyncWait(t, p, false, done)
 	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
 		t.Fatalf("DurableBatch after a cancelled sync wait = %v; want ErrCommitNotDurable", r.err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/testkit"
 )
 
 var (
@@ -80,54 +81,10 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-// syncRepPid waits until a backend of the primary waits for the synchronous
-// standby and returns its pid.
-func syncRepPid(t *testing.T, observer *pgxpool.Pool) int {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var pid int
-		err := observer.QueryRow(context.Background(),
-			"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1").Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatalf("pg_stat_activity: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no backend waits for the synchronous standby")
-	return 0
-}
-
 // commitResult is what a COMMIT sent on another goroutine came back with.
 type commitResult struct {
 	tag string
 	err error
-}
-
-// cancelWait waits until a COMMIT waits for the held standby, then cancels (or
-// terminates) its backend from another connection, and returns what it came back with.
-func cancelWait(t *testing.T, observer *pgxpool.Pool, fn string, done <-chan commitResult) commitResult {
-	t.Helper()
-	pid := syncRepPid(t, observer)
-	select {
-	case r := <-done:
-		t.Fatalf("COMMIT came back (%v) while its backend waited for the standby", r.err)
-	default:
-	}
-	var ok bool
-	if err := observer.QueryRow(context.Background(), "SELECT "+fn+"($1)", pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("%s(%d): %v %v", fn, pid, ok, err)
-	}
-	select {
-	case r := <-done:
-		return r
-	case <-time.After(30 * time.Second):
-		t.Fatal("COMMIT did not come back after its wait was cancelled")
-		return commitResult{}
-	}
 }
 
 // A cancelled wait for the synchronous standby: PostgreSQL reports the COMMIT as
@@ -152,7 +109,7 @@ func TestBeginCommitReportsCancelledSyncWait(t *testing.T) {
 	}
 	done := make(chan commitResult, 1)
 	go func() { done <- commitResult{err: tx.Commit(ctx)} }()
-	r := cancelWait(t, pool, "pg_cancel_backend", done)
+	r := testkit.CancelSyncWait(t, p, false, done)
 	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
 		t.Fatalf("Commit after a cancelled sync wait = %v, want ErrCommitNotDurable", r.err)
 	}
@@ -196,7 +153,7 @@ func TestBeginCommitReportsTerminatedSyncWait(t *testing.T) {
 	}
 	done := make(chan commitResult, 1)
 	go func() { done <- commitResult{err: tx.Commit(ctx)} }()
-	r := cancelWait(t, pool, "pg_terminate_backend", done)
+	r := testkit.CancelSyncWait(t, p, true, done)
 	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
 		t.Fatalf("Commit after a terminated sync wait = %v, want ErrCommitNotDurable", r.err)
 	}
@@ -232,7 +189,7 @@ func TestExecCommitReportsCancelledSyncWait(t *testing.T) {
 		tag, err := dbconn.ExecCommit(ctx, conn.Conn())
 		done <- commitResult{tag: tag.String(), err: err}
 	}()
-	r := cancelWait(t, pool, "pg_cancel_backend", done)
+	r := testkit.CancelSyncWait(t, p, false, done)
 	if !errors.Is(r.err, dbconn.ErrCommitNotDurable) || r.tag != "COMMIT" {
 		t.Fatalf("ExecCommit after a cancelled sync wait = %q, %v; want COMMIT and ErrCommitNotDurable", r.tag, r.err)
 	}
@@ -317,7 +274,7 @@ func TestBeginRaisesSynchronousCommit(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- tx.Commit(ctx) }()
-	syncRepPid(t, pool)
+	testkit.WaitSyncRep(t, p)
 	select {
 	case err := <-done:
 		t.Fatalf("Begin's commit came back (%v) while the standby was held", err)
@@ -354,7 +311,7 @@ func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- tx.Commit(ctx) }()
-	pid := syncRepPid(t, pool)
+	pid := testkit.WaitSyncRep(t, p)
 	// Wait, by the server's clock, until the COMMIT has waited ten times its
 	// statement_timeout; it never gets there if the timeout cancelled it.
 	deadline := time.Now().Add(30 * time.Second)
@@ -461,7 +418,7 @@ func TestCancelledSyncWaitSeenWhateverClientMinMessages(t *testing.T) {
 			}
 			done := make(chan commitResult, 1)
 			go func() { done <- commitResult{err: s.commit(pool, c.name+"-"+s.name)} }()
-			r := cancelWait(t, admin, "pg_cancel_backend", done)
+			r := testkit.CancelSyncWait(t, p, false, done)
 			p.ReleaseStandby()
 			if !errors.Is(r.err, dbconn.ErrCommitNotDurable) {
 				t.Errorf("client_min_messages = error on the %s: %s after a cancelled sync wait = %v; want ErrCommitNotDurable", c.name, s.name, r.err)

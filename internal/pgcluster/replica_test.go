@@ -2,13 +2,13 @@ package pgcluster_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/testkit"
 )
 
 func startPair(t *testing.T, sync bool) *pgcluster.Pair {
@@ -80,28 +80,6 @@ func TestPairReplicates(t *testing.T) {
 	}
 }
 
-// waitSyncRep waits until a backend on the primary waits for the synchronous
-// standby (wait_event SyncRep) and returns its pid.
-func waitSyncRep(t *testing.T, p *pgcluster.Pair) int {
-	t.Helper()
-	observer := connect(t, p.Primary().URL("postgres"))
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var pid int
-		err := observer.QueryRow(context.Background(),
-			"SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1").Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatalf("pg_stat_activity: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no backend waits for synchronous replication")
-	return 0
-}
-
 // With a synchronous standby held back, a commit waits for it (wait_event
 // SyncRep) and completes once it is released.
 func TestSyncCommitWaitsWhileStandbyHeld(t *testing.T) {
@@ -116,7 +94,7 @@ func TestSyncCommitWaitsWhileStandbyHeld(t *testing.T) {
 		_, err := primary.Exec(context.Background(), "INSERT INTO t VALUES ('waits')")
 		done <- err
 	}()
-	waitSyncRep(t, p)
+	testkit.WaitSyncRep(t, p)
 	select {
 	case err := <-done:
 		t.Fatalf("the commit returned (%v) while its backend waited for the held standby", err)

@@ -59,3 +59,17 @@ func CancelSyncWait[T any](t testing.TB, p *pgcluster.Pair, terminate bool, done
 	var zero T
 	return zero
 }
+
+// WaitSyncRep waits until one backend of p's primary waits for the synchronous
+// standby (wait_event SyncRep) and returns its pid; it fails t when none does
+// within SyncWaitTimeout.
+func WaitSyncRep(t testing.TB, p *pgcluster.Pair) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), SyncWaitTimeout)
+	defer cancel()
+	pid, err := p.WaitSyncRep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
