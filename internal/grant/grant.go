@@ -1,4 +1,4 @@
-// Package grant is docs/contracts/signed-grants.md: a fencing token nobody can make
+// Package grant implements docs/contracts/signed-grants.md: a fencing token nobody can make
 // up. lock-server signs each grant of a token — a JWT binding the token to its lock
 // and to the owner it was granted to — with an Ed25519 key only it holds; both
 // fence points, rail-proxy and payment-resource, verify the grant offline against a

@@ -23,7 +23,7 @@ func loadGrantKeys(path string) (*grant.KeySet, int, error) {
 	return set, ignored, nil
 }
 
-// checkGrant is docs/contracts/signed-grants.md at fence point (a), between the
+// checkGrant applies docs/contracts/signed-grants.md at fence point (a), between the
 // request's validation and any write. The grant must be of the payout's own
 // account, so the payout is read first: an unknown payout stays 404 NOT_FOUND, and
 // only then does a grant that does not prove the token answer 401 — before
