@@ -46,7 +46,7 @@ func Handler(s Service) http.Handler {
 	doc, err := Document(s)
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if err != nil {
-			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+			lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 				"no OpenAPI document for this service", nil))
 			return
 		}

@@ -36,23 +36,55 @@ const (
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
 const ContentTypeProblem = "application/problem+json"
 
-var titles = map[string]string{
-	CodeInvalidRequest:      "Invalid request",
-	CodeNotFound:            "Not found",
-	CodeMethodNotAllowed:    "Method not allowed",
-	CodeInternal:            "Internal error",
-	CodeUnavailable:         "Service unavailable",
-	CodeFencedOut:           "Fenced out",
-	CodeDuplicateSubmission: "Duplicate submission",
-	CodeRailRejected:        "Rail rejected",
-	CodeRailAmbiguous:       "Rail outcome ambiguous",
-	CodeRailUnavailable:     "Rail unavailable",
-	CodeLockHeld:            "Lock held",
-	CodeLeaseLost:           "Lease lost",
-	CodePayoutConflict:      "Payout conflict",
-	CodePayoutFinal:         "Payout final",
-	CodeUnauthorized:        "Unauthorized",
-	CodeGrantRejected:       "Grant rejected",
+// codes is the one code → answer table: the HTTP status every service answers a
+// code with, its title and its type URI (docs/contracts/README.md and each service's
+// page list the codes; TestCodeTable checks this table against them). INVALID_REQUEST
+// is 400 here; WriteInvalid gives it 413 or 415 when the body is too large or not JSON.
+var codes = map[string]codeAnswer{
+	CodeInvalidRequest:      answer(http.StatusBadRequest, CodeInvalidRequest, "Invalid request"),
+	CodeNotFound:            answer(http.StatusNotFound, CodeNotFound, "Not found"),
+	CodeMethodNotAllowed:    answer(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "Method not allowed"),
+	CodeInternal:            answer(http.StatusInternalServerError, CodeInternal, "Internal error"),
+	CodeUnavailable:         answer(http.StatusServiceUnavailable, CodeUnavailable, "Service unavailable"),
+	CodeFencedOut:           answer(http.StatusConflict, CodeFencedOut, "Fenced out"),
+	CodeDuplicateSubmission: answer(http.StatusConflict, CodeDuplicateSubmission, "Duplicate submission"),
+	CodeRailRejected:        answer(http.StatusUnprocessableEntity, CodeRailRejected, "Rail rejected"),
+	CodeRailAmbiguous:       answer(http.StatusConflict, CodeRailAmbiguous, "Rail outcome ambiguous"),
+	CodeRailUnavailable:     answer(http.StatusServiceUnavailable, CodeRailUnavailable, "Rail unavailable"),
+	CodeLockHeld:            answer(http.StatusConflict, CodeLockHeld, "Lock held"),
+	CodeLeaseLost:           answer(http.StatusConflict, CodeLeaseLost, "Lease lost"),
+	CodePayoutConflict:      answer(http.StatusConflict, CodePayoutConflict, "Payout conflict"),
+	CodePayoutFinal:         answer(http.StatusConflict, CodePayoutFinal, "Payout final"),
+	CodeUnauthorized:        answer(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized"),
+	CodeGrantRejected:       answer(http.StatusUnauthorized, CodeGrantRejected, "Grant rejected"),
+}
+
+// codeAnswer is what a code is answered with besides its detail and members.
+type codeAnswer struct {
+	status     int
+	title, typ string
+}
+
+func answer(status int, code, title string) codeAnswer {
+	return codeAnswer{status: status, title: title, typ: problemType(code)}
+}
+
+// problemType is the type URI of code: its name in lower case with dashes.
+func problemType(code string) string {
+	return "https://lock.dev/problems/" + strings.ToLower(strings.ReplaceAll(code, "_", "-"))
+}
+
+// Status is the HTTP status a problem with code is answered with; 500 for a code
+// outside the table.
+func Status(code string) int { return lookup(code).status }
+
+// lookup is code's row of the table; a code outside it has status 500, no title,
+// and a type URI made from its name.
+func lookup(code string) codeAnswer {
+	if a, ok := codes[code]; ok {
+		return a
+	}
+	return codeAnswer{status: http.StatusInternalServerError, typ: problemType(code)}
 }
 
 // FieldError is one element of an INVALID_REQUEST answer's errors list.
@@ -75,16 +107,19 @@ type Problem struct {
 	raw map[string]json.RawMessage // as received, for clients
 }
 
-// NewProblem builds a problem with the standard type and title for code.
+// NewProblemCode builds the problem a service answers for code, with the status,
+// type and title of the code table.
+func NewProblemCode(code, detail string, members map[string]any) *Problem {
+	a := lookup(code)
+	return &Problem{Type: a.typ, Title: a.title, Status: a.status, Detail: detail, Code: code, Members: members}
+}
+
+// NewProblem builds a problem with the type and title of the code table and an
+// explicit status: INVALID_REQUEST's 413 and 415 (WriteInvalid), and answers a test
+// scripts. A service answers a code through NewProblemCode.
 func NewProblem(status int, code, detail string, members map[string]any) *Problem {
-	return &Problem{
-		Type:    "https://lock.dev/problems/" + strings.ToLower(strings.ReplaceAll(code, "_", "-")),
-		Title:   titles[code],
-		Status:  status,
-		Detail:  detail,
-		Code:    code,
-		Members: members,
-	}
+	a := lookup(code)
+	return &Problem{Type: a.typ, Title: a.title, Status: status, Detail: detail, Code: code, Members: members}
 }
 
 func (p *Problem) Error() string {
@@ -184,7 +219,7 @@ func WriteInvalid(w http.ResponseWriter, status int, errs []FieldError) {
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		WriteProblem(w, NewProblem(http.StatusInternalServerError, CodeInternal, "response encoding failed", nil))
+		WriteProblem(w, NewProblemCode(CodeInternal, "response encoding failed", nil))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -101,7 +101,7 @@ func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
 		"reason", rej.Reason, "accountId", f.AccountID, "payoutId", f.PayoutID, "ownerId", f.OwnerID,
 		"presentedToken", f.Token, "route", r.Pattern, "detail", rej.Detail)
 	w.Header().Set("WWW-Authenticate", Challenge)
-	lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusUnauthorized, lockapi.CodeGrantRejected,
+	lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeGrantRejected,
 		rej.Detail, map[string]any{"reason": rej.Reason}))
 	return false
 }

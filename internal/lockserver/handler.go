@@ -247,24 +247,24 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 	var p *lockapi.Problem
 	switch {
 	case errors.As(err, &held):
-		p = lockapi.NewProblem(http.StatusConflict, lockapi.CodeLockHeld,
+		p = lockapi.NewProblemCode(lockapi.CodeLockHeld,
 			fmt.Sprintf("lock %s is held until %s", c.name, lockapi.UTC(held.ExpiresAt).Format(time.RFC3339Nano)),
 			map[string]any{"holder": held.Holder, "expiresAt": lockapi.UTC(held.ExpiresAt)})
 	case errors.Is(err, ErrLeaseLost):
 		h.logger.Info("lease lost", "event", "lease_lost", "op", op, "lockName", c.name, "ownerId", c.owner, "token", c.token)
-		p = lockapi.NewProblem(http.StatusConflict, lockapi.CodeLeaseLost,
+		p = lockapi.NewProblemCode(lockapi.CodeLeaseLost,
 			fmt.Sprintf("token %d of owner %s is not the current unexpired grant of lock %s", c.token, c.owner, c.name), nil)
 	case errors.Is(err, ErrNotFound):
-		p = lockapi.NewProblem(http.StatusNotFound, lockapi.CodeNotFound,
+		p = lockapi.NewProblemCode(lockapi.CodeNotFound,
 			fmt.Sprintf("lock %s has never been granted", c.name), nil)
 	case errors.Is(err, ErrUnavailable):
 		h.logger.Warn("lockdb unavailable", "op", op, "lockName", c.name, "error", err.Error())
-		p = lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+		p = lockapi.NewProblemCode(lockapi.CodeUnavailable,
 			"lockdb could not be reached in time: the call may or may not have taken effect "+
 				"(a renew or release can be repeated; a grant nobody learned of ends with its TTL)", nil)
 	default:
 		h.logger.Error("internal error", "op", op, "lockName", c.name, "error", err.Error())
-		p = lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal, "internal error", nil)
+		p = lockapi.NewProblemCode(lockapi.CodeInternal, "internal error", nil)
 	}
 	lockapi.WriteProblem(w, p)
 }

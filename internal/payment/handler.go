@@ -50,7 +50,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	var conflict *ConflictError
 	switch {
 	case errors.As(err, &conflict):
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutConflict,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodePayoutConflict,
 			"payout "+req.PayoutID+" already exists with a different "+joinFields(conflict.Fields),
 			map[string]any{"payoutId": req.PayoutID, "conflictingFields": conflict.Fields}))
 	case err != nil:
@@ -163,7 +163,7 @@ func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id strin
 	var fenced *FencedError
 	switch {
 	case errors.As(err, &final):
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutFinal,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodePayoutFinal,
 			"payout "+id+" is "+final.Status+"; a final payout never changes",
 			// docs/contracts/payments.md names this member "status", which RFC 9457
 			// and the conventions of docs/contracts/README.md reserve for the HTTP
@@ -174,7 +174,7 @@ func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id strin
 		h.logger.Warn("payout "+call+" fenced out", "event", "fenced_out", "resource", "payout", "call", call,
 			"payoutId", id, "presentedToken", fenced.Presented, "fenceToken", fenced.FenceToken,
 			"ownerId", f.OwnerID, "claimedBy", fenced.ClaimedBy, "payoutStatus", fenced.Status)
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodeFencedOut,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeFencedOut,
 			call+" of payout "+id+" refused: "+fenced.Reason,
 			map[string]any{"presentedToken": fenced.Presented, "fenceToken": fenced.FenceToken}))
 	default:
@@ -186,15 +186,15 @@ func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id strin
 func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusNotFound, lockapi.CodeNotFound,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeNotFound,
 			"no payout "+r.PathValue("id"), nil))
 	case errors.Is(err, ErrUnavailable):
 		h.logger.Warn("paydb unavailable", "event", "paydb_unavailable", "method", r.Method, "route", r.Pattern, "error", err.Error())
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeUnavailable,
 			"paydb could not be reached in time; for a post, read the payout to learn whether it was recorded", nil))
 	default:
 		h.logger.Error("request failed", "event", "internal_error", "method", r.Method, "route", r.Pattern, "error", err.Error())
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 			"internal error", nil))
 	}
 }

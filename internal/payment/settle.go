@@ -23,7 +23,7 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 		h.logger.Warn("settle refused: missing or wrong bearer token", "event", "settle_unauthorized",
 			"remoteAddr", r.RemoteAddr, "authorizationPresent", r.Header.Get("Authorization") != "")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="payment-resource"`)
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusUnauthorized, lockapi.CodeUnauthorized,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeUnauthorized,
 			"settling a payout needs Authorization: Bearer with the reconciler's token", nil))
 		return
 	}
@@ -48,13 +48,13 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &final):
 		h.logger.Warn("settle refused: the payout is final", "event", "settle_refused", "payoutId", id,
 			"outcome", u.Outcome, "statementSeq", u.StatementSeq, "payoutStatus", final.Status)
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutFinal,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodePayoutFinal,
 			"payout "+id+" is "+final.Status+"; only an AMBIGUOUS payout is settled, once",
 			map[string]any{"payoutStatus": final.Status}))
 	case errors.As(err, &owned):
 		h.logger.Warn("settle refused: an executor still owns the payout", "event", "settle_refused", "payoutId", id,
 			"outcome", u.Outcome, "statementSeq", u.StatementSeq, "payoutStatus", owned.Status)
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusConflict, lockapi.CodePayoutConflict,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodePayoutConflict,
 			"payout "+id+" is "+owned.Status+": an executor still owns it; only an AMBIGUOUS payout is settled",
 			map[string]any{"payoutStatus": owned.Status}))
 	case err != nil:

@@ -262,7 +262,7 @@ func (a *admitter) fenced(sub Submission, adm Admission) reply {
 		"accountId", sub.AccountID, "payoutId", sub.PayoutID, "presentedToken", sub.Token,
 		"highestToken", adm.HighestToken, "ownerId", sub.OwnerID, "idempotencyKey", sub.IdempotencyKey,
 		"submissionId", adm.SubmissionID)
-	return reply{status: http.StatusConflict, metric: metricFenced, problem: lockapi.NewProblem(http.StatusConflict,
+	return reply{status: http.StatusConflict, metric: metricFenced, problem: lockapi.NewProblemCode(
 		lockapi.CodeFencedOut, "the fencing token is not strictly greater than the account's high-water mark; a newer holder exists",
 		map[string]any{"presentedToken": sub.Token, "highestToken": adm.HighestToken, "submissionId": adm.SubmissionID})}
 }
@@ -284,7 +284,7 @@ func (a *admitter) duplicate(sub Submission, adm Admission) reply {
 		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
 		"submissionId", adm.SubmissionID, "firstSubmissionId", m["firstSubmissionId"],
 		"firstSubmittedAt", m["firstSubmittedAt"], "firstOutcome", m["firstOutcome"])
-	return reply{status: http.StatusConflict, metric: metricDuplicate, problem: lockapi.NewProblem(http.StatusConflict,
+	return reply{status: http.StatusConflict, metric: metricDuplicate, problem: lockapi.NewProblemCode(
 		lockapi.CodeDuplicateSubmission, "this payout already has a forwardable attempt; it is never presented to the rail twice", m)}
 }
 
@@ -297,17 +297,17 @@ func (a *admitter) answer(sub Submission, id int64, outcome string, railRef, rea
 			SubmissionID: id, PayoutID: sub.PayoutID, AccountID: sub.AccountID, PresentedToken: sub.Token,
 			Outcome: lockapi.OutcomeAcked, RailReference: deref(railRef)}}
 	case lockapi.OutcomeRejected:
-		return reply{status: http.StatusUnprocessableEntity, metric: metricRejected, problem: lockapi.NewProblem(
-			http.StatusUnprocessableEntity, lockapi.CodeRailRejected, "the rail declined the payment; no money moved",
+		return reply{status: http.StatusUnprocessableEntity, metric: metricRejected, problem: lockapi.NewProblemCode(
+			lockapi.CodeRailRejected, "the rail declined the payment; no money moved",
 			map[string]any{"submissionId": id, "declineReason": strOrNil(reason)})}
 	case lockapi.OutcomeUnsent:
-		return reply{status: http.StatusServiceUnavailable, metric: metricUnavailable, problem: lockapi.NewProblem(
-			http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
+		return reply{status: http.StatusServiceUnavailable, metric: metricUnavailable, problem: lockapi.NewProblemCode(
+			lockapi.CodeRailUnavailable,
 			"no connection to the rail could be opened; nothing was presented, the payout may be submitted again with a newer token",
 			map[string]any{"stage": "dial", "submissionId": id})}
 	default:
-		return reply{status: http.StatusConflict, metric: metricAmbiguous, problem: lockapi.NewProblem(
-			http.StatusConflict, lockapi.CodeRailAmbiguous,
+		return reply{status: http.StatusConflict, metric: metricAmbiguous, problem: lockapi.NewProblemCode(
+			lockapi.CodeRailAmbiguous,
 			"the rail may have acted and the result is unknown: do not resubmit this payout, reconcile it from the rail's records",
 			map[string]any{"submissionId": id})}
 	}
@@ -590,7 +590,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 	a.logger.Warn("rail unavailable: the intent could not be committed, nothing was presented", "event", "rail_unavailable",
 		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "stage", "intent_commit",
 		"error", err.Error())
-	r.problem = lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
+	r.problem = lockapi.NewProblemCode(lockapi.CodeRailUnavailable,
 		"paydb could not take the submission in time; nothing was presented to the rail", members)
 	return r
 }

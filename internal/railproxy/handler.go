@@ -91,7 +91,7 @@ func handleList(store *Store, logger *slog.Logger) http.HandlerFunc {
 		subs, next, err := store.List(ctx, q.payoutID, q.after, MaxListPage)
 		if err != nil {
 			logger.Warn("audit read failed", "payoutId", q.payoutID, "error", err.Error())
-			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+			lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeUnavailable,
 				"paydb could not be read in time", nil))
 			return
 		}

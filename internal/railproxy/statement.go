@@ -91,7 +91,7 @@ func (s *statementReader) serve(w http.ResponseWriter, r *http.Request) {
 		s.reads.WithLabelValues("error").Inc()
 		s.logger.Warn("the rail's statement could not be read", "event", "statement_read_failed",
 			"stage", StageStatement, "after", after, "limit", limit, "error", err.Error())
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeRailUnavailable,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeRailUnavailable,
 			"the rail's statement could not be read: "+err.Error()+"; reading it is safe to retry",
 			map[string]any{"stage": StageStatement}))
 		return

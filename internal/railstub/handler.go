@@ -92,7 +92,7 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 	if errors.As(err, &notBooked) {
 		s.logger.Error("payment refused: the call could not be booked", "event", "rail_call_refused",
 			"reference", p.Reference, "accountId", p.AccountID, "error", err.Error())
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusServiceUnavailable, lockapi.CodeUnavailable,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeUnavailable,
 			"the rail could not book the call; no payment was made", nil))
 		return
 	}
@@ -101,7 +101,7 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Booked in memory, but the file may not hold it: the caller must treat
 		// the payment as possibly made.
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 			"the call was booked but the call log could not be synced; the payment may have been made", nil))
 		return
 	}
@@ -238,7 +238,7 @@ func queryInt(vs []string, min, max int64) (int64, string) {
 func (s *Stub) handleResetCalls(w http.ResponseWriter, _ *http.Request) {
 	if err := s.calls.reset(); err != nil {
 		s.logger.Error("call log reset failed", "event", "calls_reset", "error", err.Error())
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal,
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 			"the call log could not be truncated", nil))
 		return
 	}

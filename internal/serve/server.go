@@ -207,7 +207,7 @@ func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
 					panic(v)
 				}
 				logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
-				lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusInternalServerError, lockapi.CodeInternal, "internal error", nil))
+				lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal, "internal error", nil))
 			}
 		}()
 		if _, pattern := mux.Handler(r); pattern != "" {
@@ -234,11 +234,11 @@ func Handler(mux *http.ServeMux, logger *slog.Logger) http.Handler {
 		logger.Info("request refused: no such route", "event", "request_refused", "method", r.Method, "status", status)
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusMethodNotAllowed, lockapi.CodeMethodNotAllowed,
+			lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeMethodNotAllowed,
 				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", ")), nil))
 			return
 		}
-		lockapi.WriteProblem(w, lockapi.NewProblem(http.StatusNotFound, lockapi.CodeNotFound, "no such route", nil))
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeNotFound, "no such route", nil))
 	})
 }
 
