@@ -14,6 +14,7 @@ import (
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -34,44 +35,9 @@ func heldCall(t *testing.T, p *pgcluster.Pair, terminate bool, call func() error
 		t.Fatal(err)
 	}
 	defer p.ReleaseStandby()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- call() }()
-	type waiter struct {
-		pid int
-		err error
-	}
-	waiting := make(chan waiter, 1)
-	go func() {
-		pid, err := p.WaitSyncRep(ctx)
-		waiting <- waiter{pid, err}
-	}()
-	var pid int
-	select {
-	case err := <-done:
-		t.Fatalf("the call answered (%v) without waiting for the standby", err)
-	case w := <-waiting:
-		if w.err != nil {
-			t.Fatal(w.err)
-		}
-		pid = w.pid
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the call answered (%v) while its COMMIT waited for the standby", err)
-	default:
-	}
-	if err := p.CancelBackend(ctx, pid, terminate); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		t.Fatal("no answer after the wait was cancelled")
-		return nil
-	}
+	return testkit.CancelSyncWait(t, p, terminate, done)
 }
 
 // A create, claim or post whose COMMIT came back with the cancelled-synchronous-

@@ -2,6 +2,7 @@ package payment_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +20,7 @@ import (
 
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -111,21 +112,16 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	e.client = payment.NewClient(e.base)
 	e.client.HTTP.Transport = conformance.TrackedRoundTripper(e.client.HTTP.Transport)
 	e.db = pgtest.Pool(t, dbURL)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.EventuallyState(t, 15*time.Second, "payment-resource to be ready", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("Run returned before ready: %v\nlogs:\n%s", err, logs.String())
 		default:
 		}
-		if code, _ := e.readyz(t); code == http.StatusOK {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 15s\nlogs:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		code, _ := e.readyz(t)
+		return code == http.StatusOK, fmt.Sprintf("readyz %d\nlogs:\n%s", code, logs.String())
+	})
+	return e
 }
 
 func (e *env) readyz(t testing.TB) (int, map[string]any) {
@@ -201,17 +197,15 @@ func (e *env) claim(t testing.TB, id string, token int64, owner string) lockapi.
 func (e *env) metric(t testing.TB, series string) float64 {
 	t.Helper()
 	_, b := e.raw(t, http.MethodGet, "/metrics", nil, "")
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", series, err)
-			}
-			return f
-		}
+	fams, err := testkit.ParseMetrics(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("metric %s not exposed", series)
-	return 0
+	v, ok, err := fams.Lookup(series)
+	if err != nil || !ok {
+		t.Fatalf("metric %s not exposed (%v)", series, err)
+	}
+	return v
 }
 
 func (e *env) queryInt(t testing.TB, sql string, args ...any) int64 {

@@ -17,6 +17,7 @@ import (
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -133,19 +134,12 @@ func refusePaydb(t *testing.T, e *env) (restore func()) {
 
 func waitReady(t *testing.T, e *env, wantCode int, wantDB string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.EventuallyState(t, 20*time.Second, fmt.Sprintf("readyz %d with db %s", wantCode, wantDB), func() (bool, string) {
 		code, body := e.readyz(t)
 		comps, _ := body["components"].(map[string]any)
 		db, _ := comps["db"].(map[string]any)
-		if code == wantCode && db["status"] == wantDB {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz = %d %v, want %d with db %s", code, body, wantCode, wantDB)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code == wantCode && db["status"] == wantDB, fmt.Sprintf("readyz = %d %v", code, body)
+	})
 }
 
 // A request that cannot get its paydb work done within its bound answers 503
@@ -184,13 +178,9 @@ func TestUnavailableWhenPaydbTooSlow(t *testing.T) {
 	}
 	// The server stopped waiting too: no backend is left queued on the row lock
 	// for a client that has gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for e.queryInt(t, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("backends still wait on the row lock after their requests answered 503")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "no backend left waiting on the row lock after the requests answered 503", func() bool {
+		return e.queryInt(t, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0
+	})
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
