@@ -15,6 +15,7 @@ import (
 	"lock.dev/internal/grant"
 	"lock.dev/internal/lockserver"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -48,15 +49,13 @@ func TestLeaseGrant(t *testing.T) {
 	})
 	c := lockclient.New("http://" + ln.Addr().String())
 	var lease *lockclient.Lease
-	for i := 0; ; i++ { // until the server is up
-		if lease, err = c.Acquire(context.Background(), "account:acct-1", "worker-1", 3*time.Second); err == nil {
-			break
+	testkit.EventuallyState(t, 10*time.Second, "an acquire once the server is up", func() (bool, string) {
+		lease, err = c.Acquire(context.Background(), "account:acct-1", "worker-1", 3*time.Second)
+		if err != nil {
+			return false, err.Error()
 		}
-		if i > 500 {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true, ""
+	})
 	defer func() { _ = lease.Release(context.Background()) }()
 
 	set, _, err := grant.ReadKeySet(filepath.Join(dir, grant.KeySetFile))
@@ -69,13 +68,12 @@ func TestLeaseGrant(t *testing.T) {
 		t.Fatalf("Lease.Grant() = %q does not verify: %v", g, r)
 	}
 	first := lease.ExpiresAt()
-	deadline := time.Now().Add(15 * time.Second)
-	for !lease.ExpiresAt().After(first) { // renewed at least once
-		if time.Now().After(deadline) || lease.Err() != nil {
-			t.Fatalf("no renewal: %v", lease.Err())
+	testkit.Eventually(t, 15*time.Second, "a renewal", func() bool {
+		if err := lease.Err(); err != nil {
+			t.Fatalf("no renewal: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return lease.ExpiresAt().After(first)
+	})
 	if lease.Grant() != g {
 		t.Errorf("the grant changed with a renewal")
 	}
@@ -113,13 +111,7 @@ func TestLeaseGrantFollowsRenewals(t *testing.T) {
 	if lease.Grant() != "" {
 		t.Errorf("Grant() = %q from an answer without one", lease.Grant())
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for renewals.Load() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("no renewals")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "three renewals", func() bool { return renewals.Load() >= 3 })
 	if lease.Grant() != "rotated" {
 		t.Errorf("Grant() = %q after renewals, want the one the renewal answered", lease.Grant())
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -298,13 +299,9 @@ func TestShortFreezeIsSurvived(t *testing.T) {
 	l.Thaw()
 	// Renewed at once on thaw: lockdb's expiry moves although the next tick is
 	// 0.8 s away.
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for w.lease(t, name).expires.Equal(first) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no renewal right after Thaw")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 500*time.Millisecond, "a renewal right after Thaw", func() bool {
+		return !w.lease(t, name).expires.Equal(first)
+	})
 	mustStayLive(t, l, 2*time.Second)
 	l.Freeze()
 	if err := l.Release(context.Background()); err != nil {

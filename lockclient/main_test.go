@@ -16,6 +16,7 @@ import (
 
 	"lock.dev/internal/lockserver"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -56,19 +57,15 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	w := &world{URL: "http://" + ln.Addr().String(), pool: pgtest.Pool(t, dbURL), net: sl}
-	for i := 0; ; i++ {
+	testkit.Eventually(t, 20*time.Second, "lock-server to be ready", func() bool {
 		resp, err := http.Get(w.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return w
-			}
+		if err != nil {
+			return false
 		}
-		if i > 1000 {
-			t.Fatalf("lock-server not ready: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return w
 }
 
 // serverLease is lockdb's view of a lock: its current token, expiry, and whether

@@ -314,8 +314,7 @@ func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
 	pid := testkit.WaitSyncRep(t, p)
 	// Wait, by the server's clock, until the COMMIT has waited ten times its
 	// statement_timeout; it never gets there if the timeout cancelled it.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, "the COMMIT to have waited for the standby ten times its statement_timeout", func() bool {
 		var long bool
 		err := pool.QueryRow(ctx, `SELECT coalesce(wait_event = 'SyncRep' AND clock_timestamp() - query_start > interval '1 second', false)
 			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&long)
@@ -323,18 +322,15 @@ func TestStatementTimeoutDoesNotCancelTheSyncWait(t *testing.T) {
 			t.Fatalf("backend %d: %v", pid, err)
 		}
 		if long {
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("COMMIT came back (%v) before it had waited ten times its statement_timeout", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the COMMIT stopped waiting for the standby")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	p.ReleaseStandby()
 	if err := <-done; err != nil {
 		t.Fatalf("COMMIT after the standby was released: %v", err)

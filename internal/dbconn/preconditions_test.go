@@ -3,6 +3,7 @@ package dbconn_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/testkit"
 )
 
 // synchronous_standby_names as PostgreSQL 15's grammar reads it: the number of
@@ -129,17 +131,10 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) (float64, bool
 // waitGauge waits until the gauge shows want (the re-read is periodic).
 func waitGauge(t *testing.T, reg *prometheus.Registry, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.EventuallyState(t, 30*time.Second, fmt.Sprintf("%s = %v", dbconn.SyncStandbysGauge, want), func() (bool, string) {
 		v, ok := gaugeOf(t, reg, dbconn.SyncStandbysGauge)
-		if ok && v == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v (registered %v), want %v", dbconn.SyncStandbysGauge, v, ok, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok && v == want, fmt.Sprintf("%s = %v (registered %v)", dbconn.SyncStandbysGauge, v, ok)
+	})
 }
 
 // On a single server (no synchronous standby) the gauge is 0 from start-up and

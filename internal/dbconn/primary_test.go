@@ -17,6 +17,7 @@ import (
 
 	"lock.dev/internal/dbconn"
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/testkit"
 )
 
 func backendPid(t *testing.T, c *pgxpool.Conn) int {
@@ -131,20 +132,13 @@ func TestServerGoneResetsThePool(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", backendPid(t, victim)).Scan(&ok); err != nil || !ok {
 		t.Fatalf("terminate: %v %v", ok, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "the terminated session to stop answering", func() bool {
 		_, err := victim.Exec(ctx, "SELECT 1")
-		if err != nil {
-			if !dbconn.ServerGone(err) {
-				t.Fatalf("the terminated session's error %v is not taken for a server gone", err)
-			}
-			break
+		if err != nil && !dbconn.ServerGone(err) {
+			t.Fatalf("the terminated session's error %v is not taken for a server gone", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the terminated session still answers")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err != nil
+	})
 	victim.Release()
 	for range 4 {
 		c, err := pool.Acquire(ctx)
