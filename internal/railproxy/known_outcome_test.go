@@ -16,6 +16,16 @@ import (
 	"lock.dev/lockapi"
 )
 
+// wantMetrics checks that each of p's series has the value want gives it.
+func wantMetrics(t *testing.T, p *proxy, want map[string]float64) {
+	t.Helper()
+	for series, w := range want {
+		if v := metric(t, p, series); v != w {
+			t.Errorf("%s = %v, want %v", series, v, w)
+		}
+	}
+}
+
 // outageCase is one moment at which paydb goes away while rail-proxy knows a
 // submission's outcome, for TestKnownOutcomeOutlivesPaydbOutage. Each case
 // carries its own setup and its own expectations.
@@ -201,15 +211,11 @@ func TestKnownOutcomeOutlivesPaydbOutage(t *testing.T) {
 			if again := rowsOf(t, db, "p-out"); outcomeOf(again[0]) != c.outcome {
 				t.Fatalf("row changed to %s", outcomeOf(again[0]))
 			}
-			for series, want := range map[string]float64{
+			wantMetrics(t, p, map[string]float64{
 				"rail_resolution_late_total":                                 1,
 				fmt.Sprintf(`rail_submission_total{outcome="%s"}`, c.metric): 1,
 				`rail_submission_total{outcome="ambiguous"}`:                 0,
-			} {
-				if v := metric(t, p, series); v != want {
-					t.Errorf("%s = %v, want %v", series, v, want)
-				}
-			}
+			})
 			if n := hold.count("p-out"); n != c.railCalls {
 				t.Fatalf("rail calls: %d", n)
 			}
@@ -259,14 +265,10 @@ func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 	if rs := rowsOf(t, db, "p-hang"); outcomeOf(rs[0]) != lockapi.OutcomeUnsent {
 		t.Fatalf("row resolved %s, want UNSENT: %+v", outcomeOf(rs[0]), rs[0])
 	}
-	for series, want := range map[string]float64{
+	wantMetrics(t, p, map[string]float64{
 		"rail_resolution_late_total":                   1,
 		`rail_submission_total{outcome="unavailable"}`: 1,
-	} {
-		if v := metric(t, p, series); v != want {
-			t.Errorf("%s = %v, want %v", series, v, want)
-		}
-	}
+	})
 	if c := rail.calls(t); len(c) != 0 {
 		t.Fatalf("rail calls: %+v", c)
 	}
@@ -305,15 +307,11 @@ func TestKnownOutcomeLostOnlyPastInterruptAtCountedOnce(t *testing.T) {
 	if rs := rowsOf(t, db, "p-gone"); outcomeOf(rs[0]) != lockapi.OutcomeTimeout {
 		t.Fatalf("row: %+v", rs[0])
 	}
-	for series, want := range map[string]float64{
+	wantMetrics(t, p, map[string]float64{
 		`rail_submission_total{outcome="acked"}`:     0,
 		`rail_submission_total{outcome="ambiguous"}`: 1,
 		"rail_resolution_late_total":                 0,
-	} {
-		if v := metric(t, p, series); v != want {
-			t.Errorf("%s = %v, want %v", series, v, want)
-		}
-	}
+	})
 }
 
 // A stopping proxy does not abandon an outcome it knows. Run returns only once
