@@ -16,6 +16,7 @@ import (
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -137,24 +138,14 @@ func TestCycleOutcomesInPaydb(t *testing.T) {
 	metricsURL := "http://" + ln.Addr().String()
 	count := func(result string) float64 {
 		t.Helper()
-		v, err := scrapeSample(metricsURL, `executor_payout_total{result="`+result+`"}`)
+		v, err := testkit.ReadMetric(context.Background(), metricsURL, `executor_payout_total{result="`+result+`"}`)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
 
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	wait("every scripted payout to be answered", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every scripted payout to be answered", func() bool {
 		n := 0.0
 		for _, r := range []string{"paid", "declined", "ambiguous", "fenced", "duplicate", "unavailable"} {
 			n += count(r)
@@ -164,7 +155,7 @@ func TestCycleOutcomesInPaydb(t *testing.T) {
 	// One more payout: once it is paid the workers have looked at the PENDING
 	// payouts again since the others were answered.
 	create("c-last")
-	wait("the last payout", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the last payout", func() bool {
 		p, err := pc.Get(ctx, "c-last")
 		return err == nil && p.Status == lockapi.StatusPaid
 	})
@@ -220,24 +211,4 @@ func TestCycleOutcomesInPaydb(t *testing.T) {
 	if entries != 4 {
 		t.Errorf("%d matching ledger entries, want 4 (the PAID payouts)", entries)
 	}
-}
-
-func scrapeSample(base, series string) (float64, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if name, val, ok := strings.Cut(line, " "); ok && name == series {
-			var v float64
-			_, err := fmt.Sscan(val, &v)
-			return v, err
-		}
-	}
-	return 0, fmt.Errorf("series %s not exposed", series)
 }

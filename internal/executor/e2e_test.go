@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -133,12 +134,12 @@ func TestStaleWriterWakesAfterNewHolderSubmitted(t *testing.T) {
 
 	// B takes the account through the reconcile pass, re-claims P and submits it.
 	b := startExecutor(t, st, "fresh-b", func(c *executor.Config) { c.Workers = 1; c.LeaseTTL = time.Second })
-	waitFor(t, 30*time.Second, "B to pay P", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "B to pay P", func() (bool, string) {
 		r := payout(t, st, p)
 		return r.status == lockapi.StatusPaid, r.status
 	})
 	gateA.release()
-	waitFor(t, 30*time.Second, "A's stale submission", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "A's stale submission", func() (bool, string) {
 		return paidCount(t, a, "fenced") == 1, fmt.Sprint(attempts(t, st, p))
 	})
 	for _, r := range []string{"paid", "declined", "ambiguous", "duplicate"} {
@@ -187,16 +188,16 @@ func TestStaleWriterWakesBeforeNewHolderSubmits(t *testing.T) {
 		t.Fatalf("B claimed P with %d, not above A's %d", t2, t1)
 	}
 	gateA.release()
-	waitFor(t, 30*time.Second, "A's submission to be accepted", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "A's submission to be accepted", func() (bool, string) {
 		as := attempts(t, st, p)
 		return len(as) == 1 && as[0].outcome != nil && *as[0].outcome == lockapi.OutcomeAcked, fmt.Sprint(as)
 	})
 	gateB.release()
-	waitFor(t, 30*time.Second, "B to adopt the first outcome", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "B to adopt the first outcome", func() (bool, string) {
 		r := payout(t, st, p)
 		return r.status == lockapi.StatusPaid, r.status
 	})
-	waitFor(t, 30*time.Second, "B to count the duplicate", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "B to count the duplicate", func() (bool, string) {
 		return paidCount(t, b, "duplicate") == 1, ""
 	})
 	a.stop(t)
@@ -231,13 +232,13 @@ func TestStaleWriterFencedByAnotherPayoutThenReconciled(t *testing.T) {
 		c.LeaseTTL = time.Second
 		c.ReconcileInterval = -1 // B works PENDING payouts only: P2, not P
 	})
-	waitFor(t, 30*time.Second, "B to pay P2", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "B to pay P2", func() (bool, string) {
 		r := payout(t, st, p2)
 		return r.status == lockapi.StatusPaid, r.status
 	})
 	t2 := payout(t, st, p2).fenceToken
 	gateA.release()
-	waitFor(t, 30*time.Second, "A's stale submission to be fenced", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "A's stale submission to be fenced", func() (bool, string) {
 		return paidCount(t, a, "fenced") == 1, fmt.Sprint(attempts(t, st, p))
 	})
 	if r := payout(t, st, p); r.status != lockapi.StatusClaimed || r.fenceToken != t1 {
@@ -248,7 +249,7 @@ func TestStaleWriterFencedByAnotherPayoutThenReconciled(t *testing.T) {
 	}
 
 	c := startExecutor(t, st, "reconciler-c", func(c *executor.Config) { c.Workers = 1; c.LeaseTTL = time.Second })
-	waitFor(t, 30*time.Second, "the reconcile pass to pay P", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "the reconcile pass to pay P", func() (bool, string) {
 		r := payout(t, st, p)
 		return r.status == lockapi.StatusPaid, r.status
 	})
@@ -375,7 +376,7 @@ func TestKilledExecutorsClaimIsReconciled(t *testing.T) {
 			"EXECUTOR_PAUSE_PROBABILITY": "1",
 			"EXECUTOR_PAUSE":             "10m",
 		})
-		waitFor(t, 30*time.Second, "the doomed executor to claim P", func() (bool, string) {
+		testkit.EventuallyState(t, 30*time.Second, "the doomed executor to claim P", func() (bool, string) {
 			r := payout(t, st, p.PayoutID)
 			return r.status == lockapi.StatusClaimed, r.status
 		})
@@ -401,12 +402,12 @@ func TestKilledExecutorsClaimIsReconciled(t *testing.T) {
 		})
 		p := createPayouts(t, st, "k2", 1, 1)[0]
 		child := startChildExecutor(t, st, nil)
-		waitFor(t, 30*time.Second, "the doomed executor's submission to be in flight", func() (bool, string) {
+		testkit.EventuallyState(t, 30*time.Second, "the doomed executor's submission to be in flight", func() (bool, string) {
 			as := attempts(t, st, p.PayoutID)
 			return len(as) == 1 && as[0].outcome == nil, fmt.Sprint(as)
 		})
 		child.Kill()
-		waitFor(t, 30*time.Second, "the proxy to resolve the orphaned attempt", func() (bool, string) {
+		testkit.EventuallyState(t, 30*time.Second, "the proxy to resolve the orphaned attempt", func() (bool, string) {
 			as := attempts(t, st, p.PayoutID)
 			return len(as) == 1 && as[0].outcome != nil, fmt.Sprint(as)
 		})
@@ -415,7 +416,7 @@ func TestKilledExecutorsClaimIsReconciled(t *testing.T) {
 		}
 		r := startExecutor(t, st, "rescuer", func(c *executor.Config) { c.LeaseTTL = time.Second })
 		waitSettled(t, st, "k2", 1, 30*time.Second)
-		waitFor(t, 10*time.Second, "the rescuer to count the adopted payment", func() (bool, string) {
+		testkit.EventuallyState(t, 10*time.Second, "the rescuer to count the adopted payment", func() (bool, string) {
 			return paidCount(t, r, "paid") == 1, ""
 		})
 		r.stop(t)

@@ -1,12 +1,14 @@
 package executor_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"lock.dev/internal/grant"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -34,7 +36,7 @@ func TestExecutorPresentsItsLeasesGrant(t *testing.T) {
 	}
 	for name, base := range map[string]string{"rail-proxy": st.ProxyURL, "payment-resource": st.PaymentURL} {
 		for _, reason := range grant.Reasons {
-			v, err := scrape(base, `grant_rejected_total{reason="`+reason+`"}`)
+			v, err := testkit.ReadMetric(context.Background(), base, `grant_rejected_total{reason="`+reason+`"}`)
 			if err != nil || v != 0 {
 				t.Errorf("%s grant_rejected_total{reason=%q} = %v (%v), want 0", name, reason, v, err)
 			}

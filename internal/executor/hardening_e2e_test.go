@@ -19,6 +19,7 @@ import (
 
 	"lock.dev/internal/executor"
 	"lock.dev/internal/payment"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -152,7 +153,7 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 			})
 			first, second := prefix+"-1", prefix+"-2"
 			create(first)
-			waitFor(t, 30*time.Second, first+" PAID", func() (bool, string) {
+			testkit.EventuallyState(t, 30*time.Second, first+" PAID", func() (bool, string) {
 				s := payout(t, st, first).status
 				return s == lockapi.StatusPaid, s
 			})
@@ -160,7 +161,7 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 			create(second)
 			// The executor counts a payout after its post is answered, so the
 			// count is waited for with the status.
-			waitFor(t, 30*time.Second, second+" PAID and counted", func() (bool, string) {
+			testkit.EventuallyState(t, 30*time.Second, second+" PAID and counted", func() (bool, string) {
 				s := payout(t, st, second).status
 				return s == lockapi.StatusPaid && ex.metric(t, `executor_payout_total{result="paid"}`) >= 2, s
 			})
@@ -258,14 +259,14 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 	lease.Freeze() // the claimant is gone: no renewal, no release
 
 	ex := startExecutor(t, st, "reconciler", func(c *executor.Config) { c.Workers = 1 })
-	waitFor(t, 60*time.Second, p+" settled", func() (bool, string) {
+	testkit.EventuallyState(t, 60*time.Second, p+" settled", func() (bool, string) {
 		s := payout(t, st, p).status
 		return s != lockapi.StatusClaimed, s
 	})
 	checkPaidOnce(t, st, p)
 	// The executor counts the payout after its post is answered, a moment after
 	// the status can be read.
-	waitFor(t, 10*time.Second, p+" counted", func() (bool, string) {
+	testkit.EventuallyState(t, 10*time.Second, p+" counted", func() (bool, string) {
 		v := ex.metric(t, `executor_payout_total{result="paid"}`)
 		return v > 0, fmt.Sprint(v)
 	})
@@ -315,11 +316,11 @@ func TestLostPostAnswerConfirmedByPayoutFinal(t *testing.T) {
 		c.PaymentResourceURL = front.URL
 		c.Workers = 1
 	})
-	waitFor(t, 30*time.Second, "the payout PAID", func() (bool, string) {
+	testkit.EventuallyState(t, 30*time.Second, "the payout PAID", func() (bool, string) {
 		s := payout(t, st, "lostpost-000").status
 		return s == lockapi.StatusPaid, s
 	})
-	waitFor(t, 10*time.Second, "the post confirmed", func() (bool, string) {
+	testkit.EventuallyState(t, 10*time.Second, "the post confirmed", func() (bool, string) {
 		return ex.logs.contains(`"event":"payout_posted"`, `"confirmedBy":"PAYOUT_FINAL"`), "not yet"
 	})
 	if ex.logs.contains(`"event":"post_refused"`) {

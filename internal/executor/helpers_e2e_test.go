@@ -1,15 +1,12 @@
 package executor_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +17,7 @@ import (
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -183,50 +181,15 @@ func (r *runningExecutor) stop(t *testing.T) {
 // `executor_payout_total{result="paid"}`.
 func (r *runningExecutor) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	v, err := scrape(r.url, series)
+	v, err := testkit.ReadMetric(context.Background(), r.url, series)
 	if err != nil {
 		t.Fatalf("executor %s: %v", r.owner, err)
 	}
 	return v
 }
 
-func scrape(base, series string) (float64, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == series {
-			return strconv.ParseFloat(strings.TrimSpace(val), 64)
-		}
-	}
-	return 0, fmt.Errorf("series %s not exposed", series)
-}
-
 func paidCount(t *testing.T, r *runningExecutor, result string) float64 {
 	return r.metric(t, `executor_payout_total{result="`+result+`"}`)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", within, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createPayouts(t *testing.T, st *stack.Stack, prefix string, n, accounts int) []lockapi.Payout {
@@ -294,7 +257,7 @@ func payout(t *testing.T, st *stack.Stack, id string) payoutRow {
 func waitSettled(t *testing.T, st *stack.Stack, prefix string, n int, within time.Duration) map[string]payoutRow {
 	t.Helper()
 	var rows map[string]payoutRow
-	waitFor(t, within, "every payout to settle", func() (bool, string) {
+	testkit.EventuallyState(t, within, "every payout to settle", func() (bool, string) {
 		rows = payoutRows(t, st, prefix)
 		open := 0
 		for _, r := range rows {
@@ -392,7 +355,7 @@ func railCalls(t *testing.T, st *stack.Stack) map[string][]railstub.Call {
 // database clock, which is the only one that decides).
 func waitLeaseExpired(t *testing.T, st *stack.Stack, accountID string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "the lease of "+accountID+" to expire", func() (bool, string) {
+	testkit.EventuallyState(t, 20*time.Second, "the lease of "+accountID+" to expire", func() (bool, string) {
 		var expired bool
 		err := st.Lockdb.QueryRow(context.Background(),
 			`SELECT expires_at <= clock_timestamp() FROM lock_lease WHERE lock_name = $1`, lockapi.AccountLockName(accountID)).Scan(&expired)

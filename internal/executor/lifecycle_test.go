@@ -15,6 +15,7 @@ import (
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -77,17 +78,6 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Health and metrics from start-up (docs/contracts/observability.md): liveness,
 // readiness with the workers as its only component (no db), every
 // executor_payout_total result and the pause counter at zero; and the warning, not
@@ -107,7 +97,7 @@ func TestHealthMetricsAndShortLeaseWarning(t *testing.T) {
 	cfg.PollInterval = 50 * time.Millisecond
 	s := startRun(t, cfg)
 
-	waitUntil(t, "readiness", func() bool { code, _ := get(t, s.url+"/readyz"); return code == 200 })
+	testkit.Eventually(t, 30*time.Second, "readiness", func() bool { code, _ := get(t, s.url+"/readyz"); return code == 200 })
 	_, body := get(t, s.url+"/readyz")
 	var ready struct {
 		Status     string
@@ -186,7 +176,7 @@ func TestStopFinishesTheSubmissionInFlight(t *testing.T) {
 	<-received
 	s.stop()
 	// Readiness goes DOWN only after the stop reached the workers' context.
-	waitUntil(t, "readiness DOWN", func() bool { code, _ := get(t, s.url+"/readyz"); return code == 503 })
+	testkit.Eventually(t, 30*time.Second, "readiness DOWN", func() bool { code, _ := get(t, s.url+"/readyz"); return code == 503 })
 	close(answer)
 	if err := s.wait(t); err != nil {
 		t.Fatalf("Run returned %v, want nil", err)
@@ -285,7 +275,7 @@ func TestRefusedPostIsNotRetried(t *testing.T) {
 	cfg.OwnerID, cfg.Workers, cfg.LeaseTTL, cfg.PollInterval = "refused", 1, 2*time.Second, 20*time.Millisecond
 	cfg.ReconcileInterval = -1
 	s := startRun(t, cfg)
-	waitUntil(t, "the refused post", func() bool { return strings.Contains(s.logs.String(), `"event":"post_refused"`) })
+	testkit.Eventually(t, 30*time.Second, "the refused post", func() bool { return strings.Contains(s.logs.String(), `"event":"post_refused"`) })
 	s.stop()
 	if err := s.wait(t); err != nil {
 		t.Fatal(err)
