@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lock.dev/internal/railstub"
+	"lock.dev/lockapi"
 )
 
 // Invariant 7, the books close (docs/lockdemo.md,
@@ -145,7 +146,7 @@ func (e *evaluation) statementCopy() {
 		e.add(CheckStatementCopy, Finding{Seq: last, Detail: fmt.Sprintf(
 			"the cursor is at seq %d, the rail's log ends at %d: the final pass did not read it all", e.h.Cursor.LastSeq, last)})
 	}
-	copied := make(map[int64]StatementLine, len(e.h.StatementLines))
+	copied := make(map[int64]lockapi.StatementLine, len(e.h.StatementLines))
 	for _, l := range e.h.StatementLines {
 		copied[l.Seq] = l
 	}
@@ -156,10 +157,10 @@ func (e *evaluation) statementCopy() {
 		case !ok:
 			f.Detail = "the rail booked this call; the copy lacks it"
 		case l.Reference != c.Reference || l.AccountID != c.AccountID || l.AmountMinor != c.AmountMinor ||
-			l.Currency != c.Currency || l.Result != c.Result || l.RailReference != c.RailReference ||
-			l.DeclineReason != c.Reason || l.ReceivedAt.Sub(c.ReceivedAt).Abs() > time.Microsecond:
+			l.Currency != c.Currency || l.Result != c.Result || text(l.RailReference) != c.RailReference ||
+			text(l.DeclineReason) != c.Reason || l.ReceivedAt.Sub(c.ReceivedAt).Abs() > time.Microsecond:
 			f.Detail = fmt.Sprintf("copied as %s %s %d %s %s %q, the rail booked %s %s %d %s %s %q",
-				l.Reference, l.AccountID, l.AmountMinor, l.Currency, l.Result, l.RailReference,
+				l.Reference, l.AccountID, l.AmountMinor, l.Currency, l.Result, text(l.RailReference),
 				c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Result, c.RailReference)
 		default:
 			delete(copied, c.Seq)

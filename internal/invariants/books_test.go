@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"lock.dev/internal/railstub"
+	"lock.dev/lockapi"
 )
 
 var reconciled = Options{FencingEnabled: true, RequireSettled: true, Reconciled: true}
@@ -32,9 +33,10 @@ func settled() History {
 	return h
 }
 
-func lineOf(c railstub.Call) StatementLine {
-	return StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt, Reference: c.Reference, AccountID: c.AccountID,
-		AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result, RailReference: c.RailReference, DeclineReason: c.Reason}
+func lineOf(c railstub.Call) lockapi.StatementLine {
+	return lockapi.StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt, Reference: c.Reference, AccountID: c.AccountID,
+		AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result,
+		RailReference: orNull(c.RailReference), DeclineReason: orNull(c.Reason)}
 }
 
 // After the final pass the books close: invariant 7 holds, the settles are
@@ -104,14 +106,14 @@ func TestBooksViolationsDetected(t *testing.T) {
 			h.StatementLines[0].AmountMinor++
 		}, []CheckID{CheckStatementCopy}},
 		{"the copy has a line the rail never booked", func(h *History) {
-			h.StatementLines = append(h.StatementLines, StatementLine{Seq: 99, Reference: "p1", Result: "ACCEPTED"})
+			h.StatementLines = append(h.StatementLines, lockapi.StatementLine{Seq: 99, Reference: "p1", Result: "ACCEPTED"})
 		}, []CheckID{CheckStatementCopy}},
 		{"no reconciler ever read the statement", func(h *History) {
 			h.Cursor, h.StatementLines = nil, nil
 		}, []CheckID{CheckStatementCopy}},
 		{"a PAID payout the rail never accepted, unrecorded", func(h *History) {
 			h.Calls = slices.DeleteFunc(h.Calls, func(c railstub.Call) bool { return c.Reference == "p6" })
-			h.StatementLines = slices.DeleteFunc(h.StatementLines, func(l StatementLine) bool { return l.Reference == "p6" })
+			h.StatementLines = slices.DeleteFunc(h.StatementLines, func(l lockapi.StatementLine) bool { return l.Reference == "p6" })
 		}, []CheckID{CheckAttemptRows, CheckPayoutVsRail, CheckLedgerVsAccepted, CheckBooks, CheckPaidAcceptedOnce}},
 		{"a late call for a NOT_PRESENTED payout, recorded", func(h *History) {
 			c := railstub.Call{Seq: 50, ReceivedAt: at(21), Reference: "p9", AccountID: "acct-B", AmountMinor: amountOf("p9"),

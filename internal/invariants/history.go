@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"lock.dev/internal/railstub"
+	"lock.dev/lockapi"
 )
 
 // History is the ground truth of one run.
@@ -32,10 +33,10 @@ type History struct {
 	// The reconciler's records (docs/contracts/reconciliation.md), judged against
 	// Calls: its copy of the statement, its exceptions and its cursor (nil when no
 	// reconciler ever ran), and payment-resource's record of each settle.
-	StatementLines []StatementLine // rail_statement_line
-	Exceptions     []Exception     // reconciliation_exception
-	Cursor         *Cursor         // reconciler_cursor
-	Settlements    []Settlement    // payout_settlement
+	StatementLines []lockapi.StatementLine // rail_statement_line; RailReference and DeclineReason nil when NULL
+	Exceptions     []Exception             // reconciliation_exception
+	Cursor         *Cursor                 // reconciler_cursor
+	Settlements    []Settlement            // payout_settlement
 }
 
 // Submission is one rail_submission row. Outcome is empty while the row is
@@ -135,20 +136,6 @@ type IssuedToken struct {
 	OwnerID  string    `json:"ownerId"`
 	Seq      int64     `json:"seq"`
 	At       time.Time `json:"at"`
-}
-
-// StatementLine is one rail_statement_line row: the reconciler's copy of a line of
-// the rail's statement. RailReference and DeclineReason are empty when NULL.
-type StatementLine struct {
-	Seq           int64     `json:"seq"`
-	ReceivedAt    time.Time `json:"receivedAt"`
-	Reference     string    `json:"reference"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Result        string    `json:"result"`
-	RailReference string    `json:"railReference,omitempty"`
-	DeclineReason string    `json:"declineReason,omitempty"`
 }
 
 // Exception is one reconciliation_exception row; PayoutID empty and Seq 0 when NULL.

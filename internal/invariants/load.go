@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/railstub"
+	"lock.dev/lockapi"
 )
 
 const (
@@ -140,10 +141,12 @@ func query[T any](ctx context.Context, pool *pgxpool.Pool, table, sql string, sc
 // settlement records (docs/contracts/reconciliation.md).
 func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) error {
 	var err error
-	h.StatementLines, err = query(ctx, paydb, "rail_statement_line", selectStatementLines, func(r pgx.CollectableRow) (StatementLine, error) {
-		var l StatementLine
+	h.StatementLines, err = query(ctx, paydb, "rail_statement_line", selectStatementLines, func(r pgx.CollectableRow) (lockapi.StatementLine, error) {
+		var l lockapi.StatementLine
+		var ref, reason string
 		err := r.Scan(&l.Seq, &l.ReceivedAt, &l.Reference, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Result,
-			&l.RailReference, &l.DeclineReason)
+			&ref, &reason)
+		l.RailReference, l.DeclineReason = orNull(ref), orNull(reason)
 		return l, err
 	})
 	if err != nil {
@@ -174,4 +177,20 @@ func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) er
 		return s, err
 	})
 	return err
+}
+
+// orNull is s as a nullable column: nil when empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// text is a nullable column as a string: empty when NULL.
+func text(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -125,8 +125,8 @@ func TestLoadReconciliation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h.StatementLines) != 2 || h.StatementLines[0].RailReference != "RS-1" || h.StatementLines[0].DeclineReason != "" ||
-		!h.StatementLines[0].ReceivedAt.Equal(at(1.5)) || h.StatementLines[1].DeclineReason != "no" || h.StatementLines[1].RailReference != "" {
+	if len(h.StatementLines) != 2 || text(h.StatementLines[0].RailReference) != "RS-1" || h.StatementLines[0].DeclineReason != nil ||
+		!h.StatementLines[0].ReceivedAt.Equal(at(1.5)) || text(h.StatementLines[1].DeclineReason) != "no" || h.StatementLines[1].RailReference != nil {
 		t.Errorf("statement lines: %+v", h.StatementLines)
 	}
 	if len(h.Exceptions) != 1 || h.Exceptions[0].Kind != "UNKNOWN_REFERENCE" || h.Exceptions[0].PayoutID != "" || h.Exceptions[0].Seq != 2 {

@@ -100,20 +100,6 @@ func (s *statementReader) serve(w http.ResponseWriter, r *http.Request) {
 	lockapi.WriteJSON(w, http.StatusOK, st)
 }
 
-// railCall is the part of a rail-stub call object the statement carries;
-// beneficiary, latencyMs and dropped are not statement fields.
-type railCall struct {
-	Seq           int64     `json:"seq"`
-	ReceivedAt    time.Time `json:"receivedAt"`
-	Reference     string    `json:"reference"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Result        string    `json:"result"`
-	RailReference *string   `json:"railReference"`
-	Reason        *string   `json:"reason"`
-}
-
 // read fetches one page from the rail. A reply that is not a well-formed page —
 // seqs not strictly increasing from after, more lines than asked, a result other
 // than ACCEPTED or DECLINED — is an error: a reconciler must never import a
@@ -146,7 +132,7 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 		return lockapi.Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
 	}
 	var page struct {
-		Calls []railCall `json:"calls"`
+		Calls []lockapi.RailCall `json:"calls"`
 	}
 	if err := json.Unmarshal(b, &page); err != nil || page.Calls == nil {
 		return lockapi.Statement{}, errors.New("the rail's reply is not a page of calls")
@@ -166,11 +152,7 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account or currency", c.Seq)
 		}
 		prev = c.Seq
-		st.Lines = append(st.Lines, lockapi.StatementLine{
-			Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
-			AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result,
-			RailReference: c.RailReference, DeclineReason: c.Reason,
-		})
+		st.Lines = append(st.Lines, c.Line())
 	}
 	if len(st.Lines) == limit {
 		next := prev

@@ -10,35 +10,37 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"lock.dev/lockapi"
 )
 
-// Results of a call (docs/contracts/rail-stub.md). A dropped call is ACCEPTED: the money moved,
-// only the reply was lost.
+// Results of a call (docs/contracts/rail-stub.md). A dropped call is ACCEPTED: the
+// money moved, only the reply was lost.
 const (
-	ResultAccepted = "ACCEPTED"
-	ResultDeclined = "DECLINED"
+	ResultAccepted = lockapi.ResultAccepted
+	ResultDeclined = lockapi.ResultDeclined
 )
 
-// Call is one payment the rail was presented, exactly as GET /rail/v1/calls and
-// the call-log file show it.
+// Call is one payment the rail was presented, as the call log keeps it. On the wire
+// (GET /rail/v1/calls) and in the call-log file it is a lockapi.RailCall.
 type Call struct {
-	Seq           int64     `json:"seq"`
-	ReceivedAt    time.Time `json:"receivedAt"`
-	Reference     string    `json:"reference"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Beneficiary   string    `json:"beneficiary"`
-	Result        string    `json:"result"`        // ACCEPTED or DECLINED
-	RailReference string    `json:"railReference"` // null on the wire for a declined call
-	Reason        string    `json:"reason"`        // the decline reason; null on the wire for an accepted call
-	LatencyMs     int       `json:"latencyMs"`     // delay applied before the reply; 0 when dropped
-	Dropped       bool      `json:"dropped"`       // accepted, then the connection was closed without a reply
+	Seq           int64
+	ReceivedAt    time.Time
+	Reference     string
+	AccountID     string
+	AmountMinor   int64
+	Currency      string
+	Beneficiary   string
+	Result        string // ACCEPTED or DECLINED
+	RailReference string // null on the wire for a declined call
+	Reason        string // the decline reason; null on the wire for an accepted call
+	LatencyMs     int    // delay applied before the reply; 0 when dropped
+	Dropped       bool   // accepted, then the connection was closed without a reply
 }
 
-// MarshalJSON writes railReference as null when the call has none (a decline),
-// and reason as null when it has none (an accept): an empty string would look
-// like a value.
+// MarshalJSON writes c as a lockapi.RailCall: railReference is null when the call
+// has none (a decline), and reason null when it has none (an accept): an empty
+// string would look like a value.
 func (c Call) MarshalJSON() ([]byte, error) {
 	var ref, reason *string
 	if c.RailReference != "" {
@@ -47,24 +49,28 @@ func (c Call) MarshalJSON() ([]byte, error) {
 	if c.Reason != "" {
 		reason = &c.Reason
 	}
-	return json.Marshal(callWire{c.Seq, c.ReceivedAt, c.Reference, c.AccountID, c.AmountMinor, c.Currency,
-		c.Beneficiary, c.Result, ref, reason, c.LatencyMs, c.Dropped})
+	return json.Marshal(lockapi.RailCall{Seq: c.Seq, ReceivedAt: c.ReceivedAt, Reference: c.Reference,
+		AccountID: c.AccountID, AmountMinor: c.AmountMinor, Currency: c.Currency, Beneficiary: c.Beneficiary,
+		Result: c.Result, RailReference: ref, Reason: reason, LatencyMs: c.LatencyMs, Dropped: c.Dropped})
 }
 
-// callWire is Call on the wire, members in the order docs/contracts/rail-stub.md lists them.
-type callWire struct {
-	Seq           int64     `json:"seq"`
-	ReceivedAt    time.Time `json:"receivedAt"`
-	Reference     string    `json:"reference"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Beneficiary   string    `json:"beneficiary"`
-	Result        string    `json:"result"`
-	RailReference *string   `json:"railReference"`
-	Reason        *string   `json:"reason"`
-	LatencyMs     int       `json:"latencyMs"`
-	Dropped       bool      `json:"dropped"`
+// UnmarshalJSON reads a lockapi.RailCall; a null railReference or reason is empty.
+func (c *Call) UnmarshalJSON(b []byte) error {
+	var w lockapi.RailCall
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Call{Seq: w.Seq, ReceivedAt: w.ReceivedAt, Reference: w.Reference, AccountID: w.AccountID,
+		AmountMinor: w.AmountMinor, Currency: w.Currency, Beneficiary: w.Beneficiary, Result: w.Result,
+		RailReference: deref(w.RailReference), Reason: deref(w.Reason), LatencyMs: w.LatencyMs, Dropped: w.Dropped}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 var errClosed = errors.New("rail-stub is shutting down")

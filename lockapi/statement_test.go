@@ -1,0 +1,36 @@
+package lockapi
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// A rail call is written with its members in the order docs/contracts/rail-stub.md
+// lists them, and becomes a statement line field for field: reason is the line's
+// declineReason; beneficiary, latencyMs and dropped are not statement fields.
+func TestRailCallWireFormAndLine(t *testing.T) {
+	reason := "closed account"
+	at := time.Date(2026, 11, 29, 21, 51, 11, 885371047, time.FixedZone("CET", 3600))
+	c := RailCall{Seq: 3, ReceivedAt: at, Reference: "p-1", AccountID: "a-1", AmountMinor: 100, Currency: "EUR",
+		Beneficiary: "NL91ABNA0417164300", Result: ResultDeclined, Reason: &reason, LatencyMs: 7}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"seq":3,"receivedAt":"2026-11-29T21:51:11.885371047+01:00","reference":"p-1","accountId":"a-1",` +
+		`"amountMinor":100,"currency":"EUR","beneficiary":"NL91ABNA0417164300","result":"DECLINED",` +
+		`"railReference":null,"reason":"closed account","latencyMs":7,"dropped":false}`
+	if string(b) != want {
+		t.Fatalf("rail call on the wire:\n%s\nwant\n%s", b, want)
+	}
+	l, err := json.Marshal(c.Line())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wantLine = `{"seq":3,"receivedAt":"2026-11-29T20:51:11.885371047Z","reference":"p-1","accountId":"a-1",` +
+		`"amountMinor":100,"currency":"EUR","result":"DECLINED","railReference":null,"declineReason":"closed account"}`
+	if string(l) != wantLine {
+		t.Fatalf("statement line:\n%s\nwant\n%s", l, wantLine)
+	}
+}
