@@ -40,19 +40,19 @@ const admitWorkers = 1
 // writes that come meanwhile forming the next.
 const resolveWorkers = 1
 
-// admitWait is one submission queued for admission.
-type admitWait struct {
-	sub      Submission
+// queued is one piece of work waiting in a queue: item, to be done by
+// deadline, its result sent on done (capacity 1).
+type queued[T, R any] struct {
+	item     T
 	deadline time.Time
-	done     chan MemberResult
+	done     chan R
 }
 
+// admitWait is one submission queued for admission.
+type admitWait = queued[Submission, MemberResult]
+
 // resolveWait is one resolving write queued.
-type resolveWait struct {
-	res      resolution
-	deadline time.Time
-	done     chan resolveResult
-}
+type resolveWait = queued[resolution, resolveResult]
 
 type resolveResult struct {
 	wrote bool
@@ -99,7 +99,7 @@ func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error)
 		return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
 	}
 	g := a.groups
-	w := &admitWait{sub: sub, deadline: deadlineOr(ctx, AdmissionBound), done: make(chan MemberResult, 1)}
+	w := &admitWait{item: sub, deadline: deadlineOr(ctx, AdmissionBound), done: make(chan MemberResult, 1)}
 	if enqueue(g, &g.admits, w, &g.admitRunning, admitWorkers) {
 		go a.admitWorker()
 	}
@@ -225,14 +225,7 @@ func (a *admitter) admitWorker() {
 			conn.release()
 			continue
 		}
-		dl := group[0].deadline
-		subs := make([]Submission, len(group))
-		for i, w := range group {
-			subs[i] = w.sub
-			if w.deadline.Before(dl) {
-				dl = w.deadline
-			}
-		}
+		subs, dl := items(group)
 		a.metrics.groupSize.Observe(float64(len(group)))
 		// The group runs within its earliest member's bound, which no member may
 		// outlive. Its statement never waits for a row another transaction holds;
@@ -257,17 +250,37 @@ func (a *admitter) admitWorker() {
 func (g *groups) takeAdmits(now time.Time) (group, expired []*admitWait) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return take(&g.admits, g.maxGroup, now)
+}
+
+// take takes from the queue q the next group: at most maxGroup members whose
+// deadline is after now, in arrival order; those whose deadline has passed are
+// returned apart. The caller holds groups.mu.
+func take[T, R any](q *[]*queued[T, R], maxGroup int, now time.Time) (group, expired []*queued[T, R]) {
 	i := 0
-	for ; i < len(g.admits) && len(group) < g.maxGroup; i++ {
-		w := g.admits[i]
+	for ; i < len(*q) && len(group) < maxGroup; i++ {
+		w := (*q)[i]
 		if !now.Before(w.deadline) {
 			expired = append(expired, w)
 			continue
 		}
 		group = append(group, w)
 	}
-	g.admits = dropFront(g.admits, i)
+	*q = dropFront(*q, i)
 	return group, expired
+}
+
+// items returns the items of a group, in its order, and its earliest deadline.
+func items[T, R any](group []*queued[T, R]) ([]T, time.Time) {
+	dl := group[0].deadline
+	out := make([]T, len(group))
+	for i, w := range group {
+		out[i] = w.item
+		if w.deadline.Before(dl) {
+			dl = w.deadline
+		}
+	}
+	return out, dl
 }
 
 // expireAdmits answers, with err, every queued member whose deadline is not
@@ -316,7 +329,7 @@ func (a *admitter) resolve(ctx context.Context, res resolution) (bool, error) {
 		return a.store.Resolve(ctx, res.id, res.outcome, res.railRef, res.reason)
 	}
 	g := a.groups
-	w := &resolveWait{res: res, deadline: deadlineOr(ctx, ResolveBound), done: make(chan resolveResult, 1)}
+	w := &resolveWait{item: res, deadline: deadlineOr(ctx, ResolveBound), done: make(chan resolveResult, 1)}
 	if enqueue(g, &g.resolves, w, &g.resolveRunning, resolveWorkers) {
 		go a.resolveWorker()
 	}
@@ -331,18 +344,7 @@ func (a *admitter) resolveWorker() {
 	g := a.groups
 	for {
 		g.mu.Lock()
-		now := time.Now()
-		var group, expired []*resolveWait
-		i := 0
-		for ; i < len(g.resolves) && len(group) < g.maxGroup; i++ {
-			w := g.resolves[i]
-			if !now.Before(w.deadline) {
-				expired = append(expired, w)
-				continue
-			}
-			group = append(group, w)
-		}
-		g.resolves = dropFront(g.resolves, i)
+		group, expired := take(&g.resolves, g.maxGroup, time.Now())
 		if len(group) == 0 && len(expired) == 0 {
 			g.resolveRunning--
 			g.mu.Unlock()
@@ -350,19 +352,12 @@ func (a *admitter) resolveWorker() {
 		}
 		g.mu.Unlock()
 		for _, w := range expired {
-			w.done <- resolveResult{err: fmt.Errorf("resolving submission %d: %w", w.res.id, context.DeadlineExceeded)}
+			w.done <- resolveResult{err: fmt.Errorf("resolving submission %d: %w", w.item.id, context.DeadlineExceeded)}
 		}
 		if len(group) == 0 {
 			continue
 		}
-		dl := group[0].deadline
-		res := make([]resolution, len(group))
-		for i, w := range group {
-			res[i] = w.res
-			if w.deadline.Before(dl) {
-				dl = w.deadline
-			}
-		}
+		res, dl := items(group)
 		a.metrics.resolveGroupSize.Observe(float64(len(group)))
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
 		wrote, err := a.resolveGroupGuarded(ctx, res) // worker.go: a panic answers the members
@@ -372,7 +367,7 @@ func (a *admitter) resolveWorker() {
 			wrote, err = make([]bool, len(group)), nil
 			for i, w := range group {
 				cctx, cancel := context.WithDeadline(context.Background(), w.deadline)
-				ok, rerr := a.store.Resolve(cctx, w.res.id, w.res.outcome, w.res.railRef, w.res.reason)
+				ok, rerr := a.store.Resolve(cctx, w.item.id, w.item.outcome, w.item.railRef, w.item.reason)
 				cancel()
 				wrote[i] = ok
 				if rerr != nil {
