@@ -41,8 +41,8 @@ const maxStatementReply = 8 << 20
 var statementResults = []string{"ok", "error"}
 
 // newStatementMetric registers rail_statement_read_total, zero-initialised
-// (docs/contracts/observability.md #ct4-zero): one count per read of the rail's
-// statement, by result.
+// (docs/contracts/observability.md): one count per read of the rail's statement,
+// by result.
 func newStatementMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rail_statement_read_total",
