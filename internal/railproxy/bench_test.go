@@ -1,7 +1,6 @@
 package railproxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -94,20 +94,14 @@ func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096},
 			Timeout: 30 * time.Second},
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(b, 20*time.Second, "the proxy to be ready", func() bool {
 		resp, err := s.client.Get(s.proxyURL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("proxy not ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	return s
 }
 
@@ -265,24 +259,6 @@ func BenchmarkAddedLatency(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func childMemstats(b *testing.B, c *http.Client, url string) map[string]float64 {
-	resp, err := c.Get(url + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 {
-			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-				out[f[0]] = v
-			}
-		}
-	}
-	return out
-}
-
 // BenchmarkInflightRSS: a rail-proxy process of its own (the real binary, built
 // by the benchmark) holds BENCH_INFLIGHT submissions in flight against a rail-stub
 // that answers in 1 s; reports the child's peak resident set (VmHWM).
@@ -326,13 +302,16 @@ func BenchmarkInflightRSS(b *testing.B) {
 		}
 		// While they are all held by the rail, read what the child says of itself.
 		time.Sleep(700 * time.Millisecond)
-		peak := childMemstats(b, client, url)
+		peak, err := testkit.Scrape(context.Background(), client, url+"/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
 		wg.Wait()
 		if f := failed.Load(); f > 0 {
 			b.Fatalf("%d of %d failed: %s", f, inflight, stderr.String())
 		}
 		for _, k := range []string{"go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes", "rail_submission_inflight"} {
-			v := peak[k]
+			v, _ := peak.Value(k)
 			unit := k
 			if strings.HasSuffix(k, "_bytes") {
 				v, unit = v/(1<<20), strings.TrimSuffix(k, "_bytes")+"-MiB"

@@ -3,6 +3,7 @@ package railproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,21 +69,14 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 			done <- err
 		}()
 		// Wait until the admission statement is blocked on a lock.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		eventually(t, 10*time.Second, fmt.Sprintf("fencing=%v: the admission to wait on the mark row", fencing), func() bool {
 			var n int
 			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if n == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("fencing=%v: the admission never waited on the mark row", fencing)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return n == 1
+		})
 		if after := lastID(); after != before {
 			t.Errorf("fencing=%v: the intent insert drew submission_id %d before the fence took the mark row's lock", fencing, after)
 		}

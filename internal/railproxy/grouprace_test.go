@@ -14,6 +14,7 @@ import (
 	"lock.dev/internal/invariants"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -203,27 +204,10 @@ func TestCancelledSyncWaitAnswers503AndNeverCallsTheRail(t *testing.T) {
 	}
 }
 
-// cancelSyncWait waits for the one backend whose COMMIT waits for the held
-// synchronous standby, cancels that wait (pg_cancel_backend: PostgreSQL then
-// reports the commit with its warning), and returns what done delivers, within
-// 30 s. The standby is released whatever happens.
+// cancelSyncWait is testkit.CancelSyncWait (pg_cancel_backend) with the
+// standby released afterwards, whatever happens.
 func cancelSyncWait[T any](t *testing.T, pair *pgcluster.Pair, done <-chan T) T {
 	t.Helper()
 	defer pair.ReleaseStandby()
-	ctx := context.Background()
-	pid, err := pair.WaitSyncRep(ctx)
-	if err == nil {
-		err = pair.CancelBackend(ctx, pid, false)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatal("no answer within 30 s of the cancelled wait")
-	}
-	var none T
-	return none
+	return testkit.CancelSyncWait(t, pair, false, done)
 }

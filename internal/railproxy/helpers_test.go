@@ -14,13 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -342,16 +342,7 @@ func metric(t testing.TB, p *proxy, series string) float64 {
 // metricAt is metric for the rail-proxy process at base.
 func metricAt(t testing.TB, base, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(scrape(t, base+"/metrics"), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(series):]), 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", series, err)
-			}
-			return v
-		}
-	}
-	return -1
+	return testkit.MetricOr(t, testHTTP, base, series, -1)
 }
 
 // row is a rail_submission row as the tests inspect it.
@@ -425,13 +416,7 @@ func outcomeOf(r row) string {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, cond)
 }
 
 // startBinary builds cmd/rail-proxy (without -race, so that what is measured is

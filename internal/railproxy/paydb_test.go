@@ -1,234 +1,87 @@
 package railproxy
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/testkit"
+	"lock.dev/internal/testkit/faultproxy"
 	"lock.dev/lockapi"
 )
 
-// pgForwarder is a TCP relay between the proxy and PostgreSQL that the test can
-// cut: paydb becomes unreachable (every connection closed, new ones refused), or
-// one COMMIT is lost on the way in or on the way out.
-type pgForwarder struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	down  bool
-	fault string // "", "before" (drop the COMMIT), "after" (deliver it, drop the answer), "after-down" (and go down), "after-stall" (and stall)
-	conns []net.Conn
-	// stall: paydb hangs — connections stay open and nothing is answered on any
-	// of them (a black-holed host, a stuck server), until setStall(false).
-	stall   bool
-	stalled []net.Conn
-	// held: with fault "after-hold", the COMMIT waits here until closed.
-	held chan struct{}
-}
+// pgForwarder is the test kit's TCP fault proxy between the proxy and
+// PostgreSQL: paydb becomes unreachable (every connection closed, new ones
+// refused), hangs, or one COMMIT is lost on the way in or on the way out.
+type pgForwarder struct{ *faultproxy.Proxy }
 
 // commitMsg is a simple-protocol Query message carrying "COMMIT": how the
 // admission transaction's COMMIT travels.
 var commitMsg = []byte("Q\x00\x00\x00\x0bCOMMIT\x00")
 
 func newPGForwarder(t testing.TB, dbURL string) (*pgForwarder, string) {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &pgForwarder{ln: ln, target: u.Host}
-	t.Cleanup(func() {
-		_ = ln.Close()
-		f.cut()
-	})
-	go f.accept()
-	u.Host = ln.Addr().String()
-	return f, u.String()
+	p, viaURL := testkit.FaultProxyURL(t, dbURL)
+	return &pgForwarder{p}, viaURL
 }
 
-func (f *pgForwarder) accept() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		down, stall := f.down, f.stall
-		if stall {
-			f.stalled = append(f.stalled, c)
-		}
-		f.mu.Unlock()
-		if down {
-			_ = c.Close()
-			continue
-		}
-		if stall {
-			continue
-		}
-		s, err := net.Dial("tcp", f.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		f.mu.Lock()
-		f.conns = append(f.conns, c, s)
-		f.mu.Unlock()
-		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-		go f.upstream(c, s)
-	}
-}
-
-// upstream relays client→server, watching for the COMMIT when a fault is armed.
-func (f *pgForwarder) upstream(c, s net.Conn) {
-	defer s.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			f.mu.Lock()
-			fault := f.fault
-			if fault != "" && bytes.Contains(chunk, commitMsg) {
-				f.fault = ""
-			} else {
-				fault = ""
-			}
-			f.mu.Unlock()
-			switch fault {
-			case "before":
-				_ = c.Close()
-				return
-			case "after", "after-down", "after-stall", "after-hold":
-				if fault == "after-stall" {
-					// paydb hangs from this moment: every other connection keeps
-					// its client side open with nothing behind it.
-					f.mu.Lock()
-					f.stall = true
-					var servers []net.Conn
-					for i, o := range f.conns {
-						if i%2 == 1 && o != s { // conns holds client, server pairs
-							servers = append(servers, o)
-						} else if i%2 == 0 && o != c {
-							f.stalled = append(f.stalled, o)
-						}
-					}
-					f.conns = nil
-					f.mu.Unlock()
-					for _, o := range servers {
-						_ = o.Close()
-					}
-				}
-				if fault == "after-down" {
-					// paydb out of reach from this moment: every other
-					// connection cut, new ones refused (until setDown(false)).
-					f.mu.Lock()
-					f.down = true
-					others := make([]net.Conn, 0, len(f.conns))
-					for _, o := range f.conns {
-						if o != c && o != s {
-							others = append(others, o)
-						}
-					}
-					f.conns = nil
-					f.mu.Unlock()
-					for _, o := range others {
-						_ = o.Close()
-					}
-				}
-				// The client's side goes first, so the server's answer has
-				// nowhere to go; then the COMMIT is delivered and the server
-				// commits — a moment later, as when the connection breaks in
-				// front of a server that has yet to read it: the proxy must
-				// not take the row it does not find yet for one never written.
-				_ = c.Close()
-				if fault == "after" {
-					time.Sleep(100 * time.Millisecond)
-				}
-				if fault == "after-hold" {
-					f.mu.Lock()
-					held := f.held
-					f.mu.Unlock()
-					<-held
-				}
-				_, _ = s.Write(chunk)
-				time.Sleep(300 * time.Millisecond)
-				return
-			}
-			if _, err := s.Write(chunk); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (f *pgForwarder) cut() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
-		_ = c.Close()
-	}
-	for _, c := range f.stalled {
-		_ = c.Close()
-	}
-	f.conns, f.stalled = nil, nil
-}
-
+// setDown(true) puts paydb out of reach: every connection closed, new ones
+// refused, until setDown(false).
 func (f *pgForwarder) setDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
 	if down {
-		f.cut()
+		f.Down()
+	} else {
+		f.Forward()
 	}
 }
 
-// setStall(false) ends a stall: the connections it held are closed (their
-// clients see paydb gone and connect again), and new ones are relayed.
+// setStall(true) makes paydb hang: connections stay open and nothing is
+// answered (a black-holed host, a stuck server). setStall(false) ends it: the
+// connections it held are closed (their clients see paydb gone and connect
+// again), and new ones are relayed.
 func (f *pgForwarder) setStall(stall bool) {
-	f.mu.Lock()
-	f.stall = stall
-	held := f.stalled
-	if !stall {
-		f.stalled = nil
-	}
-	f.mu.Unlock()
-	if !stall {
-		for _, c := range held {
-			_ = c.Close()
-		}
+	if stall {
+		f.Stall()
+	} else {
+		f.Forward()
 	}
 }
 
-// armHold arms fault "after-hold": the next COMMIT's answer is lost (the
-// proxy's side of the connection is closed) and the COMMIT itself is held until
+// armHold arms a lost answer: the next COMMIT's answer is lost (the proxy's
+// side of the connection is closed) and the COMMIT itself is held until
 // release is called, when it lands.
 func (f *pgForwarder) armHold() (release func()) {
 	held := make(chan struct{})
 	var once sync.Once
-	f.mu.Lock()
-	f.fault, f.held = "after-hold", held
-	f.mu.Unlock()
+	f.Arm(faultproxy.Fault{Match: commitMsg, Deliver: true, Release: held})
 	return func() { once.Do(func() { close(held) }) }
 }
 
+// arm arms a fault on the next COMMIT: "before" drops it; "after" delivers it
+// and loses its answer ("after-down": and paydb goes out of reach, as setDown;
+// "after-stall": and paydb hangs, as setStall). With "after" the COMMIT lands
+// a moment after the proxy's side is closed, as when the connection breaks in
+// front of a server that has yet to read it: the proxy must not take the row it
+// does not find yet for one never written.
 func (f *pgForwarder) arm(fault string) {
-	f.mu.Lock()
-	f.fault = fault
-	f.mu.Unlock()
+	lost := faultproxy.Fault{Match: commitMsg, Deliver: true}
+	switch fault {
+	case "before":
+		f.Arm(faultproxy.Fault{Match: commitMsg})
+	case "after":
+		lost.Delay = 100 * time.Millisecond
+		f.Arm(lost)
+	case "after-down":
+		lost.Then = faultproxy.Down
+		f.Arm(lost)
+	case "after-stall":
+		lost.Then = faultproxy.Stall
+		f.Arm(lost)
+	default:
+		panic("pgForwarder: unknown fault " + fault)
+	}
 }
 
 // paydb out of reach is 503 RAIL_UNAVAILABLE
@@ -351,10 +204,16 @@ func TestAdmissionBound(t *testing.T) {
 	var wg sync.WaitGroup
 	answers := make([]answer, 2)
 	for i := range 2 {
+		if i == 1 {
+			// The second comes once the first holds the only pool connection,
+			// its fence waiting on the row lock.
+			eventually(t, 10*time.Second, "the first submission to wait on the row lock", func() bool {
+				var n int
+				err := db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&n)
+				return err == nil && n > 0
+			})
+		}
 		wg.Go(func() {
-			if i == 1 {
-				time.Sleep(100 * time.Millisecond)
-			}
 			answers[i] = trySubmit(p.URL, int64(10+i), newPayout("p-b"+string(rune('1'+i)), "acct-b"))
 		})
 	}
