@@ -4,7 +4,6 @@ package lockdb
 
 import (
 	"embed"
-	"io/fs"
 
 	"lock.dev/internal/dbconn"
 )
@@ -14,9 +13,5 @@ var files embed.FS
 
 // Tree returns lockdb's migration tree, versioned in goose_lockdb_version.
 func Tree() dbconn.Tree {
-	sub, err := fs.Sub(files, "migrations")
-	if err != nil { // the embed pattern guarantees the directory
-		panic(err)
-	}
-	return dbconn.Tree{FS: sub, Table: "goose_lockdb_version", LockID: 0x6c6f636b, Database: "lockdb"}
+	return dbconn.EmbeddedTree(files, "goose_lockdb_version", 0x6c6f636b, "lockdb")
 }

@@ -7,7 +7,6 @@ package paydb
 
 import (
 	"embed"
-	"io/fs"
 
 	"lock.dev/internal/dbconn"
 )
@@ -17,9 +16,5 @@ var files embed.FS
 
 // Tree returns paydb's migration tree, versioned in goose_paydb_version.
 func Tree() dbconn.Tree {
-	sub, err := fs.Sub(files, "migrations")
-	if err != nil { // the embed pattern guarantees the directory
-		panic(err)
-	}
-	return dbconn.Tree{FS: sub, Table: "goose_paydb_version", LockID: 0x70617964, Database: "paydb"}
+	return dbconn.EmbeddedTree(files, "goose_paydb_version", 0x70617964, "paydb")
 }

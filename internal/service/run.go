@@ -1,0 +1,175 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"lock.dev/internal/serve"
+)
+
+// Spec is what every service is told besides its own settings.
+type Spec struct {
+	Name      string       // the binary's name: the service field of every log line
+	LogLevel  string       // LOG_LEVEL
+	LogOutput io.Writer    // the log's destination; nil means stdout
+	Addr      string       // the address to listen on
+	Listener  net.Listener // when set, served instead of listening on Addr (tests, lockdemo)
+	// BatchLog batches the log's lines on stdout (NewBatchedLogger): for a
+	// service that logs on its hot path.
+	BatchLog bool
+	// Validate checks the service's settings; its error names the setting (exit 2).
+	Validate func() error
+	// DB is the database the service serves; nil when it has none.
+	DB *Database
+}
+
+// Check checks the settings every service shares, for its Validate to call:
+// LOG_LEVEL, and the database's URL and pool size. An error names the setting.
+func (spec Spec) Check() error {
+	if err := CheckLogLevel(spec.LogLevel); err != nil {
+		return err
+	}
+	if spec.DB != nil {
+		return spec.DB.check()
+	}
+	return nil
+}
+
+// Service is a running service's skeleton: its logger, registry and readiness,
+// its database once OpenDB has opened it, and what Close releases.
+type Service struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // the service's own (never the global one)
+	Health   *serve.Health
+
+	spec    Spec
+	served  bool
+	closers []func() // run by Close, last first
+}
+
+// Start begins a service's run: it validates spec, then builds the logger, the
+// registry (Go and process collectors) and readiness with no component yet. A
+// handed-in Listener is closed when Start fails, and by Close when the run fails
+// before serving it, so its clients see a refused connection rather than a hang.
+func Start(spec Spec) (*Service, error) {
+	s := &Service{spec: spec}
+	if err := spec.Validate(); err != nil {
+		s.closeListener()
+		return nil, err
+	}
+	var err error
+	if spec.BatchLog {
+		var closeLog func()
+		s.Logger, closeLog, err = NewBatchedLogger(spec.LogOutput, spec.Name, spec.LogLevel)
+		if err == nil {
+			s.closers = append(s.closers, closeLog)
+		}
+	} else {
+		s.Logger, err = NewLogger(spec.LogOutput, spec.Name, spec.LogLevel)
+	}
+	if err != nil {
+		s.closeListener()
+		return nil, err
+	}
+	s.Registry = serve.NewRegistry()
+	s.Health = serve.NewHealth()
+	return s, nil
+}
+
+func (s *Service) closeListener() {
+	if s.spec.Listener != nil && !s.served {
+		_ = s.spec.Listener.Close()
+	}
+}
+
+// Close releases what the run holds, last acquired first: the replication
+// watch and the database pool, then the log's last lines. With *errp set (the
+// run failed) it also closes a handed-in listener that was never served. Run
+// defers it with its named error: defer s.Close(&err).
+func (s *Service) Close(errp *error) {
+	if *errp != nil {
+		s.closeListener()
+	}
+	for _, c := range slices.Backward(s.closers) {
+		c()
+	}
+}
+
+// Run is a service's run: Start, then run with the Service, then Close. It
+// returns Start's error or run's.
+func Run(spec Spec, run func(*Service) error) (err error) {
+	s, err := Start(spec)
+	if err != nil {
+		return err
+	}
+	defer s.Close(&err)
+	return run(s)
+}
+
+// Listen opens Spec.Addr, or takes Spec.Listener when one was handed in; from
+// then on the server owns it and closes it on shutdown.
+func (s *Service) Listen() (net.Listener, error) {
+	ln, err := serve.Listen(s.spec.Addr, s.spec.Listener)
+	if err == nil {
+		s.served = true
+	}
+	return ln, err
+}
+
+// Server serves h on ln until ctx is cancelled, then drains: readiness goes
+// DOWN, no new connections are taken, in-flight requests get serve.ShutdownGrace;
+// nil after a clean drain. serve.Serve (net/http) and fastserve.ServeFast are two.
+type Server func(ctx context.Context, ln net.Listener, h http.Handler, health *serve.Health, logger *slog.Logger) error
+
+// Serve listens (Listen), tells started the address it listens on — where a
+// service logs that it is starting, with its settings; started may be nil — and
+// serves h with server until ctx is cancelled, then drains.
+func (s *Service) Serve(ctx context.Context, h http.Handler, server Server, started func(addr string)) error {
+	ln, err := s.Listen()
+	if err != nil {
+		return err
+	}
+	if started != nil {
+		started(ln.Addr().String())
+	}
+	return server(ctx, ln, h, s.Health, s.Logger)
+}
+
+// Commands maps a binary's subcommands to what each runs with the parsed
+// configuration C.
+type Commands[C any] map[string]func(context.Context, C) error
+
+// Main is a service binary's main: it parses os.Args and the environment with
+// parse, runs the subcommand's function until SIGINT or SIGTERM cancels its
+// context, and exits with serve.ExitCode: 0, 2 for a bad setting (its one line on
+// stderr), 1 for anything else.
+func Main[C any](parse func(args []string, getenv func(string) string) (string, C, error), commands Commands[C]) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, parse, commands)
+	stop()
+	os.Exit(serve.ExitCode(err, os.Stderr))
+}
+
+// run is Main without the process around it.
+func run[C any](ctx context.Context, args []string, getenv func(string) string,
+	parse func([]string, func(string) string) (string, C, error), commands Commands[C]) error {
+	cmd, cfg, err := parse(args, getenv)
+	if err != nil {
+		return err
+	}
+	f, ok := commands[cmd]
+	if !ok {
+		return errors.New("no such command: " + cmd)
+	}
+	return f(ctx, cfg)
+}
