@@ -11,30 +11,17 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"lock.dev/internal/lockserver"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
-	os.Exit(serve.ExitCode(err, os.Stderr))
-}
-
-func run(ctx context.Context) error {
-	cmd, cfg, err := lockserver.ParseConfig(os.Args[1:], os.Getenv)
-	if err != nil {
-		return err
-	}
-	if cmd == lockserver.CmdMigrate {
-		return lockserver.Migrate(ctx, cfg)
-	}
-	if cmd == lockserver.CmdKeygen {
-		return lockserver.Keygen(os.Args[2:], os.Stdout)
-	}
-	return lockserver.Run(ctx, cfg)
+	service.Main(lockserver.ParseConfig, service.Commands[lockserver.Config]{
+		lockserver.CmdServe:   lockserver.Run,
+		lockserver.CmdMigrate: lockserver.Migrate,
+		lockserver.CmdKeygen: func(context.Context, lockserver.Config) error {
+			return lockserver.Keygen(os.Args[2:], os.Stdout)
+		},
+	})
 }

@@ -1,17 +1,14 @@
 package lockserver
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
-	"os"
 	"time"
 
-	"lock.dev/internal/dbconn"
+	"lock.dev/internal/lockdb"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 // Config is everything lock-server is told (docs/contracts/configuration.md), plus the hooks that
@@ -75,16 +72,8 @@ func (c Config) Validate() error {
 	if c.Listener == nil && c.Addr == "" {
 		return serve.Invalid("LOCK_SERVER_ADDR", "must not be empty")
 	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
-	}
-	if err := dbconn.CheckURL(c.LockdbURL); err != nil {
-		// The URL itself is never echoed: it may carry a password.
-		return serve.Invalid("LOCKDB_URL", "cannot be parsed")
-	}
-	if c.LockdbMaxConns < 1 || c.LockdbMaxConns > math.MaxInt32 {
-		return serve.Invalid("LOCKDB_MAX_CONNS", "must be at least 1")
+	if err := c.spec().Check(); err != nil {
+		return err
 	}
 	// TTLs travel as whole milliseconds (ttlMs), so the bounds must be whole
 	// milliseconds too, or a bound could not be asked for exactly.
@@ -100,11 +89,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) logOutput() io.Writer {
-	if c.LogOutput == nil {
-		return os.Stdout
-	}
-	return c.LogOutput
+// schemaCheckTimeout bounds each start-up check of lockdb: its schema version,
+// then its durability.
+const schemaCheckTimeout = 10 * time.Second
+
+// spec is lock-server as the service skeleton runs it, over lockdb.
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: "lock-server", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+		DB: &service.Database{Tree: lockdb.Tree(), URL: c.LockdbURL, MaxConns: c.LockdbMaxConns, ConnsBound: math.MaxInt32,
+			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: "lock-server migrate", CheckTimeout: schemaCheckTimeout}}
 }
 
 func (c Config) clock() Clock {
@@ -126,44 +119,31 @@ const synopsis = "lock-server [serve|migrate] [flags]  |  lock-server keygen --o
 // ParseConfig reads the subcommand (serve by default), then flags and environment
 // variables (a flag wins). --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (string, Config, error) {
-	return parseConfig(args, getenv, os.Stdout)
+	return parseConfig(args, getenv, nil)
 }
 
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
-	cmd, rest := serve.SplitCommand(args, CmdServe)
 	cfg := DefaultConfig()
-	if cmd == CmdKeygen {
+	if cmd, _ := serve.SplitCommand(args, CmdServe); cmd == CmdKeygen {
 		// keygen has flags of its own and needs none of the service's settings:
 		// the caller hands the arguments after it to Keygen.
 		return cmd, cfg, nil
 	}
-	s := serve.NewSettings("lock-server", getenv)
-	s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", "info", "log level: debug, info, warn, error")
-	s.String(&cfg.LockdbURL, "LOCKDB_URL", "", "lockdb connection URL (libpq PG* environment when empty)")
-	s.Int(&cfg.LockdbMaxConns, "LOCKDB_MAX_CONNS", defaultMaxConns, "most lockdb connections")
-	s.Duration(&cfg.MinTTL, "LOCK_MIN_TTL", defaultMinTTL, "shortest lease TTL a caller may ask for")
-	s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
-	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
-		"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-	s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (C7); empty: grants are not signed")
-	s.String(&cfg.PreviousPublicKeysFile, "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE", "", "JWK Set published at GET /v1/keys beside the current key (a rotation announced in advance)")
-	if cmd == "help" {
-		s.Usage(usage, synopsis)
-		return cmd, cfg, serve.ErrHelp
-	}
-	if cmd != CmdServe && cmd != CmdMigrate {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unknown command %q (want serve, migrate or keygen)", cmd)}
-	}
-	extra, err := s.Parse(rest)
+	c := service.Command{Name: "lock-server", Synopsis: synopsis, Commands: []string{CmdServe, CmdMigrate, CmdKeygen}}
+	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.String(&cfg.LockdbURL, "LOCKDB_URL", "", "lockdb connection URL (libpq PG* environment when empty)")
+		s.Int(&cfg.LockdbMaxConns, "LOCKDB_MAX_CONNS", defaultMaxConns, "most lockdb connections")
+		s.Duration(&cfg.MinTTL, "LOCK_MIN_TTL", defaultMinTTL, "shortest lease TTL a caller may ask for")
+		s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
+		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+			"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+		s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (C7); empty: grants are not signed")
+		s.String(&cfg.PreviousPublicKeysFile, "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE", "", "JWK Set published at GET /v1/keys beside the current key (a rotation announced in advance)")
+	})
 	if err != nil {
-		if errors.Is(err, serve.ErrHelp) {
-			s.Usage(usage, synopsis)
-		}
 		return cmd, cfg, err
-	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("lock-server: unexpected argument %q", extra[0])}
 	}
 	return cmd, cfg, cfg.Validate()
 }

@@ -13,105 +13,41 @@ package lockserver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/api"
-	"lock.dev/internal/dbconn"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
-
-const service = "lock-server"
-
-// schemaCheckTimeout bounds the start-up check of lockdb's schema version.
-const schemaCheckTimeout = 10 * time.Second
 
 // Run serves lock-server until ctx is cancelled, then drains (docs/contracts/observability.md) and
 // returns nil. It refuses to start when lockdb's schema is behind this binary.
-func Run(ctx context.Context, cfg Config) (err error) {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if cfg.Listener != nil {
-		// Run owns the listener it was given: closed by the server on shutdown,
-		// or here if Run never gets that far.
-		defer func() {
-			if err != nil {
-				_ = cfg.Listener.Close()
-			}
-		}()
-	}
-	logger, err := serve.NewLogger(cfg.logOutput(), service, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	gr, err := loadGrants(cfg, logger)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg.LockdbURL, cfg.LockdbMaxConns)
-	if err != nil {
-		return fmt.Errorf("lockdb: %w", err)
-	}
-	defer st.close()
-
-	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
-	err = st.requireSchema(cctx)
-	cancel()
-	if err != nil {
-		return err
-	}
-
-	reg := serve.NewRegistry()
-	cctx, cancel = context.WithTimeout(ctx, schemaCheckTimeout)
-	err = dbconn.RequireDurable(cctx, st.pool, "lockdb", cfg.UnsafeNonDurableDB, logger, reg)
-	cancel()
-	if err != nil {
-		return err
-	}
-	stopWatch, err := dbconn.CheckPreconditions(ctx, st.pool, dbconn.Preconditions{Database: "lockdb"}, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer stopWatch()
-	health := serve.NewHealth()
-	health.Add("db", st.ping)
-	handler := newServer(st, newMetrics(reg), health, reg, logger, cfg, gr)
-
-	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
-	if err != nil {
-		return err
-	}
-	logger.Info("lock-server starting", "addr", ln.Addr().String(), "minTtl", cfg.MinTTL.String(),
-		"maxTtl", cfg.MaxTTL.String(), "lockdbMaxConns", cfg.LockdbMaxConns)
-	return serve.Serve(ctx, ln, handler, health, logger)
+func Run(ctx context.Context, cfg Config) error {
+	return service.Run(cfg.spec(), func(sv *service.Service) error {
+		gr, err := loadGrants(cfg, sv.Logger)
+		if err != nil {
+			return err
+		}
+		pool, err := sv.OpenDB(ctx)
+		if err != nil {
+			return err
+		}
+		st := &store{pool: pool, timeout: dbTimeout}
+		handler := newServer(st, newMetrics(sv.Registry), sv.Health, sv.Registry, sv.Logger, cfg, gr)
+		return sv.Serve(ctx, handler, serve.Serve, func(addr string) {
+			sv.Logger.Info("lock-server starting", "addr", addr, "minTtl", cfg.MinTTL.String(),
+				"maxTtl", cfg.MaxTTL.String(), "lockdbMaxConns", cfg.LockdbMaxConns)
+		})
+	})
 }
 
 // Migrate applies lockdb's embedded migrations (safe to run concurrently and
 // repeatedly) and returns.
 func Migrate(ctx context.Context, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	logger, err := serve.NewLogger(cfg.logOutput(), service, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg.LockdbURL, cfg.LockdbMaxConns)
-	if err != nil {
-		return fmt.Errorf("lockdb: %w", err)
-	}
-	defer st.close()
-	v, err := st.migrate(ctx, logger)
-	if err != nil {
-		return err
-	}
-	logger.Info("lockdb migrated", "version", v)
-	return nil
+	return service.Migrate(ctx, cfg.spec())
 }
 
 // newServer is the whole HTTP surface of lock-server.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/dbconn"
-	"lock.dev/internal/lockdb"
 )
 
 // store is lock-server's only door to lockdb, and the only file that knows pgx.
@@ -36,33 +34,6 @@ const (
 	dbTimeout       = 2 * time.Second
 	rollbackTimeout = time.Second
 )
-
-func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
-	pool, err := dbconn.Open(ctx, url, int32(maxConns))
-	if err != nil {
-		return nil, err
-	}
-	return &store{pool: pool, timeout: dbTimeout}, nil
-}
-
-func (s *store) close() { s.pool.Close() }
-
-// ping is readiness's view of lockdb.
-func (s *store) ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	return s.pool.Ping(ctx)
-}
-
-// requireSchema wraps dbconn.ErrSchemaBehind, naming the migrate command, when
-// lockdb lacks migrations.
-func (s *store) requireSchema(ctx context.Context) error {
-	return lockdb.Tree().RequireCurrent(ctx, s.pool, "lock-server migrate")
-}
-
-func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
-	return lockdb.Tree().Migrate(ctx, s.pool, logger)
-}
 
 // sqlGrant is the pinned grant of docs/contracts/database.md, verbatim. The token
 // moves in the same row update that grants the lease, so no later grant can carry a
