@@ -4,31 +4,10 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"lock.dev/internal/payment"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx)
-	stop()
-	os.Exit(code)
-}
-
-func run(ctx context.Context) int {
-	cmd, cfg, err := payment.ParseConfig(os.Args[1:], os.Getenv)
-	if err == nil {
-		switch cmd {
-		case "migrate":
-			err = payment.Migrate(ctx, cfg)
-		default:
-			err = payment.Run(ctx, cfg)
-		}
-	}
-	return serve.ExitCode(err, os.Stderr)
+	service.Main(payment.ParseConfig, service.Commands[payment.Config]{"serve": payment.Run, "migrate": payment.Migrate})
 }

@@ -3,14 +3,12 @@ package payment
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
 	"time"
 
-	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
-	"lock.dev/lockapi"
+	"lock.dev/internal/service"
 )
 
 // ServiceName is the service field of every log line and the binary's name.
@@ -67,21 +65,12 @@ func (c Config) Validate() error {
 			return serve.Invalid("PAYMENT_RESOURCE_ADDR", "must be host:port (e.g. :8082)")
 		}
 	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
-	}
-	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
-		// Never echo the value: it may carry a password.
-		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
-	}
-	if c.PaydbMaxConns < 1 || c.PaydbMaxConns > maxMaxConns {
-		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d", maxMaxConns)
+	if err := c.spec().Check(); err != nil {
+		return err
 	}
 	if c.SettleToken != "" {
-		if err := lockapi.ValidateBearerToken(c.SettleToken); err != nil {
-			// Never echo the value: it is a secret.
-			return serve.Invalid("PAYMENT_SETTLE_TOKEN", "%s", problem(err))
+		if err := service.CheckSettleToken(c.SettleToken); err != nil {
+			return err
 		}
 	}
 	if c.DBTimeout < 0 {
@@ -90,11 +79,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) logOutput() io.Writer {
-	if c.LogOutput == nil {
-		return os.Stdout
-	}
-	return c.LogOutput
+// startupCheckTimeout bounds each start-up check of paydb: its schema version,
+// then its durability.
+const startupCheckTimeout = 10 * time.Second
+
+// spec is payment-resource as the service skeleton runs it, over paydb; migrate
+// applies the whole tree, rail-proxy's and the reconciler's tables too
+// (docs/contracts/database.md).
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: maxMaxConns,
+			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
 }
 
 func (c Config) dbTimeout() time.Duration {
@@ -109,45 +104,28 @@ const synopsis = ServiceName + " [serve|migrate] [flags]"
 // ParseConfig reads the subcommand (serve by default, or migrate), the flags and
 // the environment. --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (string, Config, error) {
-	return ParseConfigTo(args, getenv, os.Stdout)
+	return ParseConfigTo(args, getenv, nil)
 }
 
 // ParseConfigTo is ParseConfig writing the usage for --help to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
-	cmd, rest := serve.SplitCommand(args, "serve")
 	cfg := DefaultConfig()
-	s := serve.NewSettings(ServiceName, getenv)
-	s.String(&cfg.Addr, "PAYMENT_RESOURCE_ADDR", DefaultAddr, "listen address")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", DefaultLogLevel, "log level: debug, info, warn or error")
-	s.String(&cfg.PaydbURL, "PAYDB_URL", "", "paydb PostgreSQL URL; the libpq PG* environment when empty")
-	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", DefaultMaxConns,
-		"paydb pool size; a request waiting longer than 2s for paydb answers 503")
-	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
-		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-	s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
-		"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
-	s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
-		"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (C7); empty: tokens are not verified")
-	switch cmd {
-	case "serve", "migrate":
-	case "help":
-		s.Usage(usage, synopsis)
-		return cmd, cfg, serve.ErrHelp
-	default:
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unknown subcommand %q (want serve or migrate)", ServiceName, cmd)}
-	}
-	extra, err := s.Parse(rest)
+	c := service.Command{Name: ServiceName, Synopsis: synopsis, Commands: []string{"serve", "migrate"}}
+	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "PAYMENT_RESOURCE_ADDR", DefaultAddr, "listen address")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.String(&cfg.PaydbURL, "PAYDB_URL", "", "paydb PostgreSQL URL; the libpq PG* environment when empty")
+		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", DefaultMaxConns,
+			"paydb pool size; a request waiting longer than 2s for paydb answers 503")
+		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+			"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
+			"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
+		s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
+			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (C7); empty: tokens are not verified")
+	})
 	if err != nil {
-		if err == serve.ErrHelp {
-			s.Usage(usage, synopsis)
-		}
 		return cmd, cfg, err
 	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unexpected argument %q", ServiceName, extra[0])}
-	}
-	if err := cfg.Validate(); err != nil {
-		return cmd, cfg, err
-	}
-	return cmd, cfg, nil
+	return cmd, cfg, cfg.Validate()
 }

@@ -5,23 +5,8 @@ import (
 	"net/http"
 
 	"lock.dev/internal/grant"
-	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
-
-// loadGrantKeys reads PAYMENT_GRANT_KEYS_FILE (docs/contracts/signed-grants.md):
-// nil when it is empty. A file that cannot be read or holds no usable Ed25519 key
-// is a bad setting (exit 2).
-func loadGrantKeys(path string) (*grant.KeySet, int, error) {
-	if path == "" {
-		return nil, 0, nil
-	}
-	set, ignored, err := grant.ReadKeySet(path)
-	if err != nil {
-		return nil, 0, serve.Invalid("PAYMENT_GRANT_KEYS_FILE", "%v", err)
-	}
-	return set, ignored, nil
-}
 
 // checkGrant applies docs/contracts/signed-grants.md at fence point (a), between the
 // request's validation and any write. The grant must be of the payout's own

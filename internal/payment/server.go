@@ -7,20 +7,14 @@ package payment
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/api"
-	"lock.dev/internal/dbconn"
-	"lock.dev/internal/grant"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
-
-// startupCheckTimeout bounds the schema check before serving.
-const startupCheckTimeout = 10 * time.Second
 
 // newServer lists the whole API.
 func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http.Handler {
@@ -41,83 +35,33 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 // Run serves payment-resource until ctx is cancelled, then drains and returns
 // nil. It refuses to start when paydb's schema is behind, or cannot be read.
 func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	logger, err := serve.NewLogger(cfg.logOutput(), ServiceName, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	keys, ignoredKeys, err := loadGrantKeys(cfg.GrantKeysFile)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
-	if err != nil {
-		return fmt.Errorf("paydb: %w", err)
-	}
-	defer st.close()
-
-	cctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
-	err = st.requireSchema(cctx)
-	cancel()
-	if err != nil {
-		return err
-	}
-
-	reg := serve.NewRegistry()
-	cctx, cancel = context.WithTimeout(ctx, startupCheckTimeout)
-	err = dbconn.RequireDurable(cctx, st.pool, "paydb", cfg.UnsafeNonDurableDB, logger, reg)
-	cancel()
-	if err != nil {
-		return err
-	}
-	stopWatch, err := dbconn.CheckPreconditions(ctx, st.pool, dbconn.Preconditions{Database: "paydb"}, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer stopWatch()
-	m, err := newMetrics(reg)
-	if err != nil {
-		return err
-	}
-	gate, err := grant.NewGate(keys, 0, reg, logger)
-	if err != nil {
-		return err
-	}
-	gate.Announce("PAYMENT_GRANT_KEYS_FILE", ignoredKeys)
-	health := serve.NewHealth()
-	health.Add("db", st.ping)
-	h := &handlers{store: st, metrics: m, logger: logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
-
-	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
-	if err != nil {
-		return err
-	}
-	logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
-		"settleEndpoint", cfg.SettleToken != "")
-	return serve.Serve(ctx, ln, newServer(h, health, reg), health, logger)
+	return service.Run(cfg.spec(), func(sv *service.Service) error {
+		keys, err := service.ReadGrantKeys("PAYMENT_GRANT_KEYS_FILE", cfg.GrantKeysFile)
+		if err != nil {
+			return err
+		}
+		pool, err := sv.OpenDB(ctx)
+		if err != nil {
+			return err
+		}
+		m, err := newMetrics(sv.Registry)
+		if err != nil {
+			return err
+		}
+		gate, err := sv.GrantGate(keys)
+		if err != nil {
+			return err
+		}
+		h := &handlers{store: &store{pool: pool}, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
+		return sv.Serve(ctx, newServer(h, sv.Health, sv.Registry), serve.Serve, func(string) {
+			sv.Logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
+				"settleEndpoint", cfg.SettleToken != "")
+		})
+	})
 }
 
 // Migrate applies paydb's whole migration tree and returns. Concurrent and
 // repeated runs are safe (goose holds an advisory lock).
 func Migrate(ctx context.Context, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	logger, err := serve.NewLogger(cfg.logOutput(), ServiceName, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg.PaydbURL, cfg.PaydbMaxConns)
-	if err != nil {
-		return fmt.Errorf("paydb: %w", err)
-	}
-	defer st.close()
-	v, err := st.migrate(ctx, logger)
-	if err != nil {
-		return err
-	}
-	logger.Info("paydb migrated", "event", "migrated", "version", v)
-	return nil
+	return service.Migrate(ctx, cfg.spec())
 }

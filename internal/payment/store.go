@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/dbconn"
-	"lock.dev/internal/paydb"
 	"lock.dev/lockapi"
 )
 
@@ -60,31 +58,6 @@ func (e *ConflictError) Error() string {
 // store is payment-resource's view of paydb: payout and ledger_entry only.
 type store struct {
 	pool *pgxpool.Pool
-}
-
-func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
-	pool, err := dbconn.Open(ctx, url, int32(maxConns))
-	if err != nil {
-		return nil, err
-	}
-	return &store{pool: pool}, nil
-}
-
-func (s *store) close() { s.pool.Close() }
-
-func (s *store) ping(ctx context.Context) error { return s.pool.Ping(ctx) }
-
-// requireSchema returns an error wrapping dbconn.ErrSchemaBehind, naming the
-// migrate command, when paydb lacks
-// migrations this binary embeds.
-func (s *store) requireSchema(ctx context.Context) error {
-	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
-}
-
-// migrate applies the whole paydb tree (rail-proxy's tables too:
-// docs/contracts/database.md keeps one tree).
-func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
-	return paydb.Tree().Migrate(ctx, s.pool, logger)
 }
 
 const payoutColumns = `payout_id, account_id, amount_minor, currency, beneficiary, status,
