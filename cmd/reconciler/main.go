@@ -4,26 +4,10 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"lock.dev/internal/reconcile"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	cmd, cfg, err := reconcile.ParseConfig(os.Args[1:], os.Getenv)
-	if err == nil {
-		switch cmd {
-		case "migrate":
-			err = reconcile.Migrate(ctx, cfg)
-		default:
-			err = reconcile.Run(ctx, cfg)
-		}
-	}
-	stop()
-	os.Exit(serve.ExitCode(err, os.Stderr))
+	service.Main(reconcile.ParseConfig, service.Commands[reconcile.Config]{"serve": reconcile.Run, "migrate": reconcile.Migrate})
 }

@@ -7,17 +7,13 @@
 package reconcile
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"os"
 	"time"
 
-	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
-	"lock.dev/lockapi"
+	"lock.dev/internal/service"
 )
 
 // ServiceName is the service field of every log line and the binary's name.
@@ -78,15 +74,8 @@ func (c Config) Validate() error {
 	if c.Addr == "" && c.Listener == nil {
 		return serve.Invalid("RECONCILER_ADDR", "must not be empty")
 	}
-	if _, err := serve.NewLogger(io.Discard, ServiceName, c.LogLevel); err != nil {
+	if err := c.spec(nil).Check(); err != nil {
 		return err
-	}
-	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
-		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
-	}
-	if c.PaydbMaxConns < 2 || c.PaydbMaxConns > MaxPaydbConns {
-		// A pass holds one connection for its advisory lock; readiness needs another.
-		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 2 and %d, got %d", MaxPaydbConns, c.PaydbMaxConns)
 	}
 	return nil
 }
@@ -96,19 +85,17 @@ func (c Config) ValidateServe() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	for _, u := range []struct{ env, val string }{
-		{"RAIL_PROXY_URL", c.RailProxyURL}, {"PAYMENT_RESOURCE_URL", c.PaymentResourceURL},
-	} {
-		p, err := url.Parse(u.val)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
-			return serve.Invalid(u.env, "must be an http or https URL with a host, got %q", redactURL(u.val))
-		}
+	if err := service.CheckBaseURL("RAIL_PROXY_URL", c.RailProxyURL); err != nil {
+		return err
+	}
+	if err := service.CheckBaseURL("PAYMENT_RESOURCE_URL", c.PaymentResourceURL); err != nil {
+		return err
 	}
 	if c.SettleToken == "" {
 		return serve.Invalid("PAYMENT_SETTLE_TOKEN", "must be set: it is the bearer token payment-resource's settle endpoint was given")
 	}
-	if err := lockapi.ValidateBearerToken(c.SettleToken); err != nil {
-		return serve.Invalid("PAYMENT_SETTLE_TOKEN", "%s", problemOf(err))
+	if err := service.CheckSettleToken(c.SettleToken); err != nil {
+		return err
 	}
 	if c.Interval <= 0 {
 		return serve.Invalid("RECONCILER_INTERVAL", "must be positive, got %s", c.Interval)
@@ -119,67 +106,53 @@ func (c Config) ValidateServe() error {
 	return nil
 }
 
+// startupCheckTimeout bounds each start-up check of paydb: its schema version,
+// then its durability.
+const startupCheckTimeout = 15 * time.Second
+
+// spec is the reconciler as the service skeleton runs it, over paydb, its
+// settings checked by validate; migrate applies the whole tree, one for every
+// service of paydb (docs/contracts/database.md). A pass holds one connection for
+// its advisory lock and readiness needs another: at least two.
+func (c Config) spec(validate func() error) service.Spec {
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: validate,
+		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, MinConns: 2, ConnsBound: MaxPaydbConns,
+			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
+}
+
 const synopsis = ServiceName + " [serve|migrate] [flags]"
 
 // ParseConfig reads the subcommand ("serve", the default, or "migrate"), flags and
 // environment. --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (string, Config, error) {
-	return ParseConfigTo(args, getenv, os.Stdout)
+	return ParseConfigTo(args, getenv, nil)
 }
 
 // ParseConfigTo is ParseConfig with the usage written to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (cmd string, cfg Config, err error) {
-	cmd, rest := serve.SplitCommand(args, "serve")
 	cfg = DefaultConfig()
 	def := cfg
-	s := serve.NewSettings(ServiceName, getenv)
-	s.String(&cfg.Addr, "RECONCILER_ADDR", def.Addr, "address of the metrics and health endpoints")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
-	s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
-	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a pass holds one connection for its advisory lock)")
-	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
-		"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-	s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "rail-proxy, where the rail's statement is read")
-	s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "payment-resource, where settles are posted")
-	s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", def.SettleToken,
-		"bearer token for payment-resource's settle endpoint (the same value it was given; required for serve). Prefer the variable: a flag shows in the process list")
-	s.Duration(&cfg.Interval, "RECONCILER_INTERVAL", def.Interval, "pause between passes")
-	s.Duration(&cfg.SettleAfter, "RECONCILER_SETTLE_AFTER", def.SettleAfter,
-		"how long after an attempt's submitted_at a call that has not reached the statement is taken as never presented (NOT_PRESENTED); must exceed the longest a call can take to reach the rail's books")
-	extra, err := s.Parse(rest)
-	if err != nil {
-		if errors.Is(err, serve.ErrHelp) {
-			s.Usage(usage, synopsis)
-		}
+	c := service.Command{Name: ServiceName, Synopsis: synopsis, Commands: []string{"serve", "migrate"}}
+	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "RECONCILER_ADDR", def.Addr, "address of the metrics and health endpoints")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
+		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a pass holds one connection for its advisory lock)")
+		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
+			"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+		s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "rail-proxy, where the rail's statement is read")
+		s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "payment-resource, where settles are posted")
+		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", def.SettleToken,
+			"bearer token for payment-resource's settle endpoint (the same value it was given; required for serve). Prefer the variable: a flag shows in the process list")
+		s.Duration(&cfg.Interval, "RECONCILER_INTERVAL", def.Interval, "pause between passes")
+		s.Duration(&cfg.SettleAfter, "RECONCILER_SETTLE_AFTER", def.SettleAfter,
+			"how long after an attempt's submitted_at a call that has not reached the statement is taken as never presented (NOT_PRESENTED); must exceed the longest a call can take to reach the rail's books")
+	})
+	switch {
+	case err != nil:
 		return cmd, cfg, err
-	}
-	if cmd != "serve" && cmd != "migrate" {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unknown command %q (commands: serve, migrate)", ServiceName, cmd)}
-	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unexpected argument %q", ServiceName, extra[0])}
-	}
-	if cmd == "migrate" {
+	case cmd == "migrate":
 		return cmd, cfg, cfg.Validate()
 	}
 	return cmd, cfg, cfg.ValidateServe()
-}
-
-// redactURL hides a password in a URL before it is logged or quoted.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable)"
-	}
-	return u.Redacted()
-}
-
-// problemOf is the short sentence of a lockapi validation error.
-func problemOf(err error) string {
-	const prefix = "invalid value: "
-	msg := err.Error()
-	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		return msg[len(prefix):]
-	}
-	return msg
 }

@@ -3,19 +3,11 @@ package reconcile
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lock.dev/internal/dbconn"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
-// MetricsRegistry is the reconciler's registry as Run builds it — the Go and
-// process collectors and every reconciler family, zero-initialised
-// (docs/contracts/observability.md) — without starting anything, so that a
-// dashboard panel or an alert rule naming a metric the reconciler does not export
-// fails a test (internal/deploytest).
+// MetricsRegistry is the reconciler's registry as Run builds it, every family
+// zero-initialised, without starting anything (service.Registry).
 func MetricsRegistry() *prometheus.Registry {
-	reg := serve.NewRegistry()
-	newMetrics(reg)
-	// db_synchronous_standbys, as Run registers it when it checks the database.
-	_ = dbconn.RegisterPreconditionMetrics(reg)
-	return reg
+	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg) }, service.DatabaseFamilies)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/dbconn"
-	"lock.dev/internal/paydb"
 	"lock.dev/lockapi"
 )
 
@@ -25,28 +23,14 @@ type store struct {
 	pool *pgxpool.Pool
 }
 
+// openStore opens a pool of its own for one pass (Pass); Run's store is over the
+// pool the service skeleton opened and checked.
 func openStore(ctx context.Context, url string, maxConns int) (*store, error) {
 	pool, err := dbconn.Open(ctx, url, int32(maxConns))
-	if err != nil {
-		return nil, err
-	}
-	return &store{pool: pool}, nil
+	return &store{pool: pool}, err
 }
 
 func (s *store) close() { s.pool.Close() }
-
-func (s *store) ping(ctx context.Context) error { return s.pool.Ping(ctx) }
-
-// requireSchema refuses a paydb that is behind, naming the command that fixes it.
-func (s *store) requireSchema(ctx context.Context) error {
-	return paydb.Tree().RequireCurrent(ctx, s.pool, ServiceName+" migrate")
-}
-
-// migrate applies paydb's whole tree (one tree for every service of paydb,
-// docs/contracts/database.md).
-func (s *store) migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
-	return paydb.Tree().Migrate(ctx, s.pool, logger)
-}
 
 const selectLastSeqSQL = `SELECT coalesce((SELECT last_seq FROM reconciler_cursor), 0)`
 
