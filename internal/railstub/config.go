@@ -1,16 +1,14 @@
 package railstub
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 // MaxLatencyMs bounds the injected latency. A minute is beyond every timeout of
@@ -46,7 +44,7 @@ func (c Config) Validate() error {
 	if c.Addr == "" && c.Listener == nil {
 		return serve.Invalid("RAIL_STUB_ADDR", "must not be empty")
 	}
-	if _, err := serve.NewLogger(io.Discard, "rail-stub", c.LogLevel); err != nil {
+	if err := service.CheckLogLevel(c.LogLevel); err != nil {
 		return err
 	}
 	if c.LatencyMs < 0 || c.LatencyMs > MaxLatencyMs {
@@ -66,35 +64,26 @@ func validRate(r float64) bool { return !math.IsNaN(r) && r >= 0 && r <= 1 }
 // ParseConfig reads the subcommand (only "serve", the default), flags and
 // environment. --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (cmd string, cfg Config, err error) {
-	return ParseConfigTo(args, getenv, os.Stdout)
+	return ParseConfigTo(args, getenv, nil)
 }
 
 // ParseConfigTo is ParseConfig with the usage written to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (cmd string, cfg Config, err error) {
-	cmd, rest := serve.SplitCommand(args, "serve")
 	cfg = DefaultConfig()
 	def := cfg
 	var seed string
-	s := serve.NewSettings("rail-stub", getenv)
-	s.String(&cfg.Addr, "RAIL_STUB_ADDR", def.Addr, "address to listen on")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
-	s.Int(&cfg.LatencyMs, "RAIL_STUB_LATENCY_MS", def.LatencyMs, "delay before every reply, in milliseconds, 0.."+strconv.Itoa(MaxLatencyMs)+" (default 0)")
-	s.Float(&cfg.DeclineRate, "RAIL_STUB_DECLINE_RATE", def.DeclineRate, "fraction of payments declined, 0..1 (default 0)")
-	s.Float(&cfg.DropRate, "RAIL_STUB_DROP_RATE", def.DropRate, "fraction of accepted payments whose connection is closed without a reply, 0..1 (default 0)")
-	s.String(&seed, "RAIL_STUB_SEED", "", "seed of the chaos decisions, a 64-bit integer; (default: a random one, logged at start)")
-	s.String(&cfg.CallLogPath, "RAIL_STUB_CALL_LOG", def.CallLogPath, "JSON-lines file every call is appended to (fsynced) and loaded from at start; (default: none, calls kept in memory only)")
-	extra, err := s.Parse(rest)
+	c := service.Command{Name: "rail-stub", Synopsis: "rail-stub [serve] [flags]", Commands: []string{"serve"}}
+	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "RAIL_STUB_ADDR", def.Addr, "address to listen on")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.Int(&cfg.LatencyMs, "RAIL_STUB_LATENCY_MS", def.LatencyMs, "delay before every reply, in milliseconds, 0.."+strconv.Itoa(MaxLatencyMs)+" (default 0)")
+		s.Float(&cfg.DeclineRate, "RAIL_STUB_DECLINE_RATE", def.DeclineRate, "fraction of payments declined, 0..1 (default 0)")
+		s.Float(&cfg.DropRate, "RAIL_STUB_DROP_RATE", def.DropRate, "fraction of accepted payments whose connection is closed without a reply, 0..1 (default 0)")
+		s.String(&seed, "RAIL_STUB_SEED", "", "seed of the chaos decisions, a 64-bit integer; (default: a random one, logged at start)")
+		s.String(&cfg.CallLogPath, "RAIL_STUB_CALL_LOG", def.CallLogPath, "JSON-lines file every call is appended to (fsynced) and loaded from at start; (default: none, calls kept in memory only)")
+	})
 	if err != nil {
-		if errors.Is(err, serve.ErrHelp) {
-			s.Usage(usage, "rail-stub [serve] [flags]")
-		}
 		return cmd, cfg, err
-	}
-	if cmd != "serve" {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-stub: unknown command %q (the only command is serve)", cmd)}
-	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-stub: unexpected argument %q", extra[0])}
 	}
 	if seed != "" {
 		v, err := strconv.ParseInt(seed, 10, 64)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -21,18 +20,19 @@ import (
 	"lock.dev/api"
 	"lock.dev/internal/fastserve"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 // Stub is one rail-stub: its call log, chaos and HTTP surface.
 type Stub struct {
-	logger  *slog.Logger
-	calls   *callLog
-	chaos   *chaos
-	reg     *prometheus.Registry
-	metrics *metrics
-	health  *serve.Health
-	handler http.Handler
-	logOut  *serve.LogWriter // nil when cfg.LogOutput was given
+	logger   *slog.Logger
+	calls    *callLog
+	chaos    *chaos
+	reg      *prometheus.Registry
+	metrics  *metrics
+	health   *serve.Health
+	handler  http.Handler
+	closeLog func() // writes the log lines still batched
 
 	// stopping is closed when shutdown begins; delayed replies still pending
 	// drainReplies later are dropped, so the drain ends inside its grace.
@@ -50,15 +50,8 @@ func New(cfg Config) (*Stub, error) {
 	}
 	// On stdout the lines are batched: a write(2) per call, on the way to the
 	// reply, was an eighth of the stub's CPU.
-	var logOut *serve.LogWriter
-	out := cfg.LogOutput
-	if out == nil {
-		logOut = serve.NewLogWriter(os.Stdout)
-		out = logOut
-	}
-	logger, err := serve.NewLogger(out, "rail-stub", cfg.LogLevel)
+	logger, closeLog, err := service.NewBatchedLogger(cfg.LogOutput, "rail-stub", cfg.LogLevel)
 	if err != nil {
-		closeLog(logOut)
 		return nil, err
 	}
 	seed, chosen := int64(0), cfg.Seed == nil
@@ -69,7 +62,7 @@ func New(cfg Config) (*Stub, error) {
 	}
 	calls, torn, err := openCallLog(cfg.CallLogPath)
 	if err != nil {
-		closeLog(logOut)
+		closeLog()
 		return nil, err
 	}
 	if torn > 0 {
@@ -84,7 +77,7 @@ func New(cfg Config) (*Stub, error) {
 		stopping:     make(chan struct{}),
 		drainReplies: drain,
 		logger:       logger,
-		logOut:       logOut,
+		closeLog:     closeLog,
 		calls:        calls,
 		chaos:        newChaos(Chaos{LatencyMs: cfg.LatencyMs, DeclineRate: cfg.DeclineRate, DropRate: cfg.DropRate, Seed: seed}),
 		reg:          serve.NewRegistry(),
@@ -124,14 +117,8 @@ func (s *Stub) Handler() http.Handler { return s.handler }
 // call-log file after a last fsync, and writes the log lines still batched.
 func (s *Stub) Close() error {
 	err := s.calls.close()
-	closeLog(s.logOut)
+	s.closeLog()
 	return err
-}
-
-func closeLog(w *serve.LogWriter) {
-	if w != nil {
-		_ = w.Close()
-	}
 }
 
 // stop tells pending delayed replies that shutdown has begun.
