@@ -12,6 +12,7 @@ import (
 
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -79,18 +80,16 @@ func TestTwoReconcilersSettleEachPayoutOnce(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	for e.count(t, `SELECT count(*) FROM payout WHERE status = 'AMBIGUOUS'`) > 0 {
-		if ctx.Err() != nil {
-			t.Fatal("AMBIGUOUS payouts left after 2 minutes")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	deadline, _ := ctx.Deadline()
+	testkit.Eventually(t, time.Until(deadline), "no AMBIGUOUS payout left", func() bool {
+		return e.count(t, `SELECT count(*) FROM payout WHERE status = 'AMBIGUOUS'`) == 0
+	})
 	// A few more passes each, so that a second settle would have had its chance.
 	for _, r := range recs {
 		before := metric(t, r, `reconciler_pass_total{result="completed"}`)
-		for metric(t, r, `reconciler_pass_total{result="completed"}`) < before+3 {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.Eventually(t, time.Minute, "three more completed passes", func() bool {
+			return metric(t, r, `reconciler_pass_total{result="completed"}`) >= before+3
+		})
 	}
 
 	want := map[string]int{"PAID": paid, "DECLINED": declined, "NOT_PRESENTED": absent}
@@ -106,7 +105,7 @@ func TestTwoReconcilersSettleEachPayoutOnce(t *testing.T) {
 		if sum != float64(n) {
 			t.Errorf("reconciler_settled_total{to=%s} summed over both reconcilers = %v, want %d", label, sum, n)
 		}
-		pr, err := stack.ReadMetric(ctx, e.st.PaymentURL, fmt.Sprintf(`payout_settle_total{outcome=%q}`, label))
+		pr, err := testkit.ReadMetric(ctx, e.st.PaymentURL, fmt.Sprintf(`payout_settle_total{outcome=%q}`, label))
 		if err != nil || pr != float64(n) {
 			t.Errorf("payment-resource's payout_settle_total{outcome=%s} = %v (%v), want %d", label, pr, err, n)
 		}
@@ -171,12 +170,9 @@ func TestPassSkippedWhileAnotherHoldsTheLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); metric(t, r, `reconciler_pass_total{result="completed"}`) < 1; {
-		if time.Now().After(deadline) {
-			t.Fatal("the running reconciler completed no pass in 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "the running reconciler to complete a pass", func() bool {
+		return metric(t, r, `reconciler_pass_total{result="completed"}`) >= 1
+	})
 	var held int
 	if err := other.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held); err != nil || held != 0 {

@@ -14,6 +14,7 @@ import (
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -241,17 +242,12 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 // done with it) and no attempt is unresolved.
 func waitSettled(t testing.TB, ctx context.Context, e *env, n int) {
 	t.Helper()
-	for {
+	deadline, _ := ctx.Deadline()
+	testkit.EventuallyState(t, time.Until(deadline), fmt.Sprintf("%d payouts final and no attempt unresolved", n), func() (bool, string) {
 		done := e.count(t, `SELECT count(*) FROM payout WHERE status IN ('PAID','DECLINED','AMBIGUOUS','NOT_PRESENTED')`)
 		open := e.count(t, `SELECT count(*) FROM rail_submission WHERE outcome IS NULL`)
-		if done >= n && open == 0 {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d payouts final, %d attempts unresolved, when time ran out", done, n, open)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return done >= n && open == 0, fmt.Sprintf("%d of %d payouts final, %d attempts unresolved", done, n, open)
+	})
 }
 
 func hasCall(cs []railstub.Call, seq int64, result, ref string) bool {

@@ -21,6 +21,7 @@ import (
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -290,16 +291,13 @@ func runProxy(t testing.TB, name string, cfg railproxy.Config, after func()) str
 		}
 	})
 	url := "http://" + ln.Addr().String()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := testHTTP.Get(url + "/livez"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
+	testkit.Eventually(t, 20*time.Second, name+" to come up", func() bool {
+		resp, err := testHTTP.Get(url + "/livez")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come up", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return url
 }

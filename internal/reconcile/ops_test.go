@@ -16,6 +16,7 @@ import (
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -137,16 +138,13 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- reconcile.Run(sctx, cfg) }()
 	url := "http://" + ln.Addr().String()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if resp, err := http.Get(url + "/livez"); err == nil {
+	testkit.Eventually(t, 15*time.Second, "serve to start after migrate", func() bool {
+		resp, err := http.Get(url + "/livez")
+		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("serve did not start after migrate")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
@@ -210,16 +208,13 @@ func TestMetricsAndReadiness(t *testing.T) {
 		}
 	}()
 	url := "http://" + ln.Addr().String()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if resp, err := http.Get(url + "/livez"); err == nil {
+	testkit.Eventually(t, 15*time.Second, "the reconciler to serve liveness", func() bool {
+		resp, err := http.Get(url + "/livez")
+		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reconciler did not serve liveness")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 	code, body = readyz(t, url)
 	if code != http.StatusServiceUnavailable || body.Components["railProxy"].Status != "DOWN" || body.Components["db"].Status != "UP" {
 		t.Fatalf("readyz without rail-proxy: %d %+v, want 503 with railProxy DOWN", code, body)

@@ -13,6 +13,7 @@ import (
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/reconcile"
+	"lock.dev/internal/testkit"
 )
 
 // The reconciler shows on /metrics, from start-up, how many synchronous standbys
@@ -40,20 +41,16 @@ func TestReportsSynchronousStandbys(t *testing.T) {
 		}
 	}()
 	body := ""
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := http.Get("http://" + ln.Addr().String() + "/metrics"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				body = string(b)
-				break
-			}
+	testkit.Eventually(t, 20*time.Second, "the reconciler to serve /metrics", func() bool {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reconciler did not serve /metrics")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return resp.StatusCode == http.StatusOK
+	})
 	if !strings.Contains(body, "\n"+dbconn.SyncStandbysGauge+" 0\n") {
 		t.Errorf("/metrics on a single server lacks %s 0", dbconn.SyncStandbysGauge)
 	}
