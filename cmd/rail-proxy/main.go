@@ -5,28 +5,20 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"lock.dev/internal/railproxy"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	cmd, cfg, err := railproxy.ParseConfig(os.Args[1:], os.Getenv)
-	if err == nil && cmd == "serve" {
-		applyMemoryLimit(os.Getenv)
-		err = startPprof(os.Getenv(pprofAddrEnv))
-	}
-	if err == nil {
-		switch cmd {
-		case "migrate":
-			err = railproxy.Migrate(ctx, cfg)
-		default:
-			err = railproxy.Run(ctx, cfg)
-		}
-	}
-	stop()
-	os.Exit(serve.ExitCode(err, os.Stderr))
+	service.Main(railproxy.ParseConfig, service.Commands[railproxy.Config]{
+		"serve": func(ctx context.Context, cfg railproxy.Config) error {
+			applyMemoryLimit(os.Getenv)
+			if err := startPprof(os.Getenv(pprofAddrEnv)); err != nil {
+				return err
+			}
+			return railproxy.Run(ctx, cfg)
+		},
+		"migrate": railproxy.Migrate,
+	})
 }

@@ -8,15 +8,13 @@ package railproxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"os"
 	"time"
 
-	"lock.dev/internal/dbconn"
+	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 // Fixed bounds of docs/contracts/rail-proxy.md. They are not settings: the interrupted-intent
@@ -117,20 +115,12 @@ func (c Config) Validate() error {
 	if c.Addr == "" && c.Listener == nil {
 		return serve.Invalid("RAIL_PROXY_ADDR", "must not be empty")
 	}
-	if _, err := serve.NewLogger(io.Discard, "rail-proxy", c.LogLevel); err != nil {
+	if err := c.spec().Check(); err != nil {
 		return err
 	}
-	if c.PaydbMaxConns < 1 || c.PaydbMaxConns > MaxPaydbConns {
-		return serve.Invalid("PAYDB_MAX_CONNS", "must be between 1 and %d, got %d", MaxPaydbConns, c.PaydbMaxConns)
-	}
-	// The connection string may carry a password: the message never quotes it.
-	if err := dbconn.CheckURL(c.PaydbURL); err != nil {
-		return serve.Invalid("PAYDB_URL", "cannot be parsed as a PostgreSQL connection string")
-	}
-	u, err := url.Parse(c.RailBaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		// The URL may carry the rail's credentials: the message shows it redacted.
-		return serve.Invalid("RAIL_BASE_URL", "must be an http or https URL with a host, got %q", redactURL(c.RailBaseURL))
+	// The URL may carry the rail's credentials: the message shows it redacted.
+	if err := service.CheckBaseURL("RAIL_BASE_URL", c.RailBaseURL); err != nil {
+		return err
 	}
 	if c.RailConnectTimeout <= 0 {
 		return serve.Invalid("RAIL_CONNECT_TIMEOUT", "must be positive, got %s", c.RailConnectTimeout)
@@ -159,6 +149,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// startupCheckTimeout bounds each start-up check of paydb: standby and schema
+// version, then durability.
+const startupCheckTimeout = 15 * time.Second
+
+// spec is rail-proxy as the service skeleton runs it: its log batched (it logs
+// on the submission path), over paydb's primary only; migrate applies the whole
+// tree, payment-resource's and the reconciler's tables too. BackendPID: a COMMIT
+// whose answer was lost is resolved by looking its backend up in
+// pg_stat_activity by the connection's announced pid.
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: "rail-proxy", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+		BatchLog: true, DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: MaxPaydbConns,
+			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: "rail-proxy migrate", CheckTimeout: startupCheckTimeout,
+			Check: refuseStandby, BackendPID: true}}
+}
+
 // janitorInterval is min(10 s, RAIL_PROXY_INTERRUPTED_AFTER/4), or the test hook
 // when it is smaller. A row becomes interrupted at InterruptedAfter and is swept at
 // most one interval later, so with a short InterruptedAfter (a demo's few seconds)
@@ -179,40 +185,31 @@ func (c Config) janitorInterval() time.Duration {
 // ParseConfig reads the subcommand ("serve", the default, or "migrate"), flags and
 // environment. --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (cmd string, cfg Config, err error) {
-	return ParseConfigTo(args, getenv, os.Stdout)
+	return ParseConfigTo(args, getenv, nil)
 }
 
 // ParseConfigTo is ParseConfig with the usage written to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (cmd string, cfg Config, err error) {
-	cmd, rest := serve.SplitCommand(args, "serve")
 	cfg = DefaultConfig()
 	def := cfg
-	s := serve.NewSettings("rail-proxy", getenv)
-	s.String(&cfg.Addr, "RAIL_PROXY_ADDR", def.Addr, "address to listen on")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
-	s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
-	s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
-	s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")
-	s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
-	s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
-	s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
-	s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
-	s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
-	s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-	s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
-	s.Int(&cfg.MaxGroup, "RAIL_PROXY_MAX_GROUP", def.MaxGroup, "at most this many submissions admitted in one paydb transaction, and resolved in one statement (1: one by one)")
-	extra, err := s.Parse(rest)
+	c := service.Command{Name: "rail-proxy", Synopsis: "rail-proxy [serve|migrate] [flags]", Commands: []string{"serve", "migrate"}}
+	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "RAIL_PROXY_ADDR", def.Addr, "address to listen on")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
+		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
+		s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")
+		s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
+		s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
+		s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
+		s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
+		s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
+		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
+		s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
+		s.Int(&cfg.MaxGroup, "RAIL_PROXY_MAX_GROUP", def.MaxGroup, "at most this many submissions admitted in one paydb transaction, and resolved in one statement (1: one by one)")
+	})
 	if err != nil {
-		if errors.Is(err, serve.ErrHelp) {
-			s.Usage(usage, "rail-proxy [serve|migrate] [flags]")
-		}
 		return cmd, cfg, err
-	}
-	if cmd != "serve" && cmd != "migrate" {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-proxy: unknown command %q (commands: serve, migrate)", cmd)}
-	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("rail-proxy: unexpected argument %q", extra[0])}
 	}
 	return cmd, cfg, cfg.Validate()
 }

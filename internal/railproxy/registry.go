@@ -1,26 +1,13 @@
 package railproxy
 
 import (
-	"log/slog"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lock.dev/internal/dbconn"
-	"lock.dev/internal/grant"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
-// MetricsRegistry is rail-proxy's registry as Run builds it — the Go and process
-// collectors and every rail-proxy family, zero-initialised
-// (docs/contracts/observability.md) — without starting anything. Deployment checks
-// read metric names from it, so that a dashboard panel or an alert rule naming a
-// metric the service does not export fails a test (internal/deploytest).
+// MetricsRegistry is rail-proxy's registry as Run builds it, every family
+// zero-initialised, without starting anything (service.Registry).
 func MetricsRegistry() *prometheus.Registry {
-	reg := serve.NewRegistry()
-	newMetrics(reg, true)
-	// db_synchronous_standbys, as Run registers it when it checks the database.
-	_ = dbconn.RegisterPreconditionMetrics(reg)
-	// grant_rejected_total, as Run registers it whether or not grants are verified.
-	_, _ = grant.NewGate(nil, 0, reg, slog.New(slog.DiscardHandler))
-	return reg
+	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg, true) }, service.DatabaseFamilies, service.GrantFamilies)
 }

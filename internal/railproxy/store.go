@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/dbconn"
-	"lock.dev/internal/paydb"
 	"lock.dev/lockapi"
 )
 
@@ -99,20 +97,9 @@ func OpenStore(ctx context.Context, url string, maxConns int) (*Store, error) {
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
 
-// Migrate applies paydb's whole migration tree (safe concurrently and repeatedly).
-func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) (int64, error) {
-	return paydb.Tree().Migrate(ctx, s.pool, logger)
-}
-
 // ErrSchemaBehind is dbconn.ErrSchemaBehind, re-exported so callers need not
 // import the migration mechanics.
 var ErrSchemaBehind = dbconn.ErrSchemaBehind
-
-// RequireSchema returns an error wrapping ErrSchemaBehind, naming `rail-proxy
-// migrate`, when paydb lacks migrations.
-func (s *Store) RequireSchema(ctx context.Context) error {
-	return paydb.Tree().RequireCurrent(ctx, s.pool, "rail-proxy migrate")
-}
 
 // InRecovery reports whether the server is a standby. A standby's mark lags the
 // primary's, so a stale token would pass the lagging read (docs/contracts/rail-proxy.md).
@@ -123,9 +110,6 @@ func (s *Store) InRecovery(ctx context.Context) (bool, error) {
 	}
 	return r, nil
 }
-
-// Ping checks that paydb answers (readiness component db).
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // admitSQL is steps 1 and 2 in one statement (admission.go lists the steps and
 // the group form of the same fence), so the whole decision costs one round trip.
