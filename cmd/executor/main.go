@@ -3,22 +3,10 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"lock.dev/internal/executor"
-	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	_, cfg, err := executor.ParseConfig(os.Args[1:], os.Getenv)
-	if err == nil {
-		// ParseConfig accepts only "run".
-		err = executor.Run(ctx, cfg)
-	}
-	stop()
-	os.Exit(serve.ExitCode(err, os.Stderr))
+	service.Main(executor.ParseConfig, service.Commands[executor.Config]{"run": executor.Run})
 }

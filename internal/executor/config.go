@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 	"lock.dev/lockapi"
 )
 
@@ -122,9 +122,8 @@ func (c Config) Validate() error {
 			return serve.Invalid("EXECUTOR_ADDR", "must be host:port (e.g. :8085)")
 		}
 	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return serve.Invalid("LOG_LEVEL", "must be debug, info, warn or error")
+	if err := c.spec().Check(); err != nil {
+		return err
 	}
 	for _, u := range []struct{ env, val string }{
 		{"LOCK_SERVER_URL", c.LockServerURL},
@@ -174,11 +173,8 @@ func checkBaseURL(raw string) error {
 	return nil
 }
 
-func (c Config) logOutput() io.Writer {
-	if c.LogOutput == nil {
-		return os.Stdout
-	}
-	return c.LogOutput
+func (c Config) spec() service.Spec {
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate}
 }
 
 func (c Config) reconcileInterval() time.Duration {
@@ -200,47 +196,30 @@ const synopsis = ServiceName + " [run] [flags]"
 // ParseConfig reads the subcommand (run, the default), the flags and the
 // environment. --help writes the usage to stdout and returns serve.ErrHelp.
 func ParseConfig(args []string, getenv func(string) string) (string, Config, error) {
-	return ParseConfigTo(args, getenv, os.Stdout)
+	return ParseConfigTo(args, getenv, nil)
 }
 
 // ParseConfigTo is ParseConfig writing the usage for --help to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
-	cmd, rest := serve.SplitCommand(args, "run")
 	cfg := DefaultConfig()
 	def := cfg
-	s := serve.NewSettings(ServiceName, getenv)
-	s.String(&cfg.Addr, "EXECUTOR_ADDR", def.Addr, "listen address of the metrics and health endpoints")
-	s.String(&cfg.LogLevel, "LOG_LEVEL", def.LogLevel, "log level: debug, info, warn or error")
-	s.String(&cfg.LockServerURL, "LOCK_SERVER_URL", def.LockServerURL, "base URL of lock-server")
-	s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "base URL of payment-resource")
-	s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "base URL of rail-proxy")
-	s.String(&cfg.OwnerID, "EXECUTOR_OWNER_ID", def.OwnerID, "owner id presented with every lease and token ({hostname}:{pid} by default)")
-	s.Int(&cfg.Workers, "EXECUTOR_WORKERS", def.Workers, "concurrent workers, each working one account at a time")
-	s.Duration(&cfg.LeaseTTL, "EXECUTOR_LEASE_TTL", def.LeaseTTL, "account lease TTL (renewed every TTL/3); payouts CLAIMED longer than this are reconciled")
-	s.Duration(&cfg.ProxyTimeout, "EXECUTOR_PROXY_TIMEOUT", def.ProxyTimeout, "bound of one submission to rail-proxy; should exceed the proxy's worst case (7s with its defaults)")
-	s.Duration(&cfg.PollInterval, "EXECUTOR_POLL_INTERVAL", def.PollInterval, "wait between looks for work when there was none")
-	s.Float(&cfg.PauseProbability, "EXECUTOR_PAUSE_PROBABILITY", def.PauseProbability, "demonstrations only: chance of a pause between claim and submit (the stale-writer maker), 0..1; 0 is off")
-	s.Duration(&cfg.Pause, "EXECUTOR_PAUSE", def.Pause, "demonstrations only: length of such a pause")
-	switch cmd {
-	case "run":
-	case "help":
-		s.Usage(usage, synopsis)
-		return cmd, cfg, serve.ErrHelp
-	default:
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unknown subcommand %q (want run)", ServiceName, cmd)}
-	}
-	extra, err := s.Parse(rest)
+	c := service.Command{Name: ServiceName, Synopsis: synopsis, Commands: []string{"run"}}
+	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
+		s.String(&cfg.Addr, "EXECUTOR_ADDR", def.Addr, "listen address of the metrics and health endpoints")
+		service.BindLogLevel(s, &cfg.LogLevel)
+		s.String(&cfg.LockServerURL, "LOCK_SERVER_URL", def.LockServerURL, "base URL of lock-server")
+		s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "base URL of payment-resource")
+		s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "base URL of rail-proxy")
+		s.String(&cfg.OwnerID, "EXECUTOR_OWNER_ID", def.OwnerID, "owner id presented with every lease and token ({hostname}:{pid} by default)")
+		s.Int(&cfg.Workers, "EXECUTOR_WORKERS", def.Workers, "concurrent workers, each working one account at a time")
+		s.Duration(&cfg.LeaseTTL, "EXECUTOR_LEASE_TTL", def.LeaseTTL, "account lease TTL (renewed every TTL/3); payouts CLAIMED longer than this are reconciled")
+		s.Duration(&cfg.ProxyTimeout, "EXECUTOR_PROXY_TIMEOUT", def.ProxyTimeout, "bound of one submission to rail-proxy; should exceed the proxy's worst case (7s with its defaults)")
+		s.Duration(&cfg.PollInterval, "EXECUTOR_POLL_INTERVAL", def.PollInterval, "wait between looks for work when there was none")
+		s.Float(&cfg.PauseProbability, "EXECUTOR_PAUSE_PROBABILITY", def.PauseProbability, "demonstrations only: chance of a pause between claim and submit (the stale-writer maker), 0..1; 0 is off")
+		s.Duration(&cfg.Pause, "EXECUTOR_PAUSE", def.Pause, "demonstrations only: length of such a pause")
+	})
 	if err != nil {
-		if err == serve.ErrHelp {
-			s.Usage(usage, synopsis)
-		}
 		return cmd, cfg, err
 	}
-	if len(extra) > 0 {
-		return cmd, cfg, &serve.UsageError{Msg: fmt.Sprintf("%s: unexpected argument %q", ServiceName, extra[0])}
-	}
-	if err := cfg.Validate(); err != nil {
-		return cmd, cfg, err
-	}
-	return cmd, cfg, nil
+	return cmd, cfg, cfg.Validate()
 }

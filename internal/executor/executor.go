@@ -23,6 +23,7 @@ import (
 
 	"lock.dev/internal/payment"
 	"lock.dev/internal/serve"
+	"lock.dev/internal/service"
 	"lock.dev/lockclient"
 )
 
@@ -54,27 +55,24 @@ type executor struct {
 // Run works payouts until ctx is cancelled, then lets each worker finish or
 // abandon its current cycle (every step is bounded), releases its leases and
 // returns nil.
-func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	logger, err := serve.NewLogger(cfg.logOutput(), ServiceName, cfg.LogLevel)
+func Run(ctx context.Context, cfg Config) (err error) {
+	sv, err := service.Start(cfg.spec())
 	if err != nil {
 		return err
 	}
-	reg := serve.NewRegistry()
+	defer sv.Close(&err)
+	logger, reg, health := sv.Logger, sv.Registry, sv.Health
 	m, err := newMetrics(reg)
 	if err != nil {
 		return fmt.Errorf("executor: metrics: %w", err)
 	}
-	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
+	ln, err := sv.Listen()
 	if err != nil {
 		return err
 	}
 	e := newExecutor(cfg, logger, m)
 	defer e.close()
 
-	health := serve.NewHealth()
 	// No db component: the executor owns no database. It is ready while its
 	// workers run.
 	health.Add("workers", e.workersUp)
