@@ -9,14 +9,13 @@ import (
 	"lock.dev/internal/serve"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 // parse is a Command of two subcommands with two settings.
 func parse(t *testing.T, args []string, vars map[string]string) (cmd, addr, level string, usage string, err error) {
 	t.Helper()
 	c := Command{Name: "demo-svc", Synopsis: "demo-svc [serve|migrate] [flags]", Commands: []string{"serve", "migrate"}}
 	var out bytes.Buffer
-	cmd, err = c.Parse(args, env(vars), &out, func(s *serve.Settings) {
+	getenv := func(k string) string { return vars[k] }
+	cmd, err = c.Parse(args, getenv, &out, func(s *serve.Settings) {
 		s.String(&addr, "DEMO_ADDR", ":9000", "address to listen on")
 		BindLogLevel(s, &level)
 	})

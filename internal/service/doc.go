@@ -8,6 +8,7 @@
 //     schema no older than the binary, a durable server, the replication
 //     preconditions watched, and the migrate command that brings a schema up;
 //   - its metrics registry (registry.go), Run's and the deployment checks' alike;
+//   - at a fence point, the keys grants are verified with (grants.go);
 //   - its run (run.go): start-up in a fixed order, health and metrics endpoints,
 //     serving until the context ends, then a drain; and the cmd/ main that picks
 //     a subcommand and turns the outcome into an exit status.

@@ -48,9 +48,9 @@ func (spec Spec) Check() error {
 // Service is a running service's skeleton: its logger, registry and readiness,
 // its database once OpenDB has opened it, and what Close releases.
 type Service struct {
-	Logger   *slog.Logger
+	Logger   *slog.Logger         // JSON, with service=Spec.Name on every line
 	Registry *prometheus.Registry // the service's own (never the global one)
-	Health   *serve.Health
+	Health   *serve.Health        // readiness: OpenDB adds db, the service its own components
 
 	spec    Spec
 	served  bool
