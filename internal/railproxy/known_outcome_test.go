@@ -16,6 +16,22 @@ import (
 	"lock.dev/lockapi"
 )
 
+// forwardedPaydb is a paydb of the test's own reached through a forwarder the
+// test can take away: db is paydb itself, viaURL the forwarder's, for the proxy.
+func forwardedPaydb(t *testing.T) (db dbq, fwd *pgForwarder, viaURL string) {
+	dbURL := pgtest.PaydbURL(t)
+	db = pgtest.Pool(t, dbURL)
+	fwd, viaURL = newPGForwarder(t, dbURL)
+	return db, fwd, viaURL
+}
+
+// shortestInterrupt is cfg with the shortest RAIL_PROXY_INTERRUPTED_AFTER its
+// timeouts allow.
+func shortestInterrupt(cfg Config) Config {
+	cfg.InterruptedAfter = cfg.InFlightBound() + InterruptMargin
+	return cfg
+}
+
 // wantMetrics checks that each of p's series has the value want gives it.
 func wantMetrics(t *testing.T, p *proxy, want map[string]float64) {
 	t.Helper()
@@ -167,12 +183,9 @@ func TestKnownOutcomeOutlivesPaydbOutage(t *testing.T) {
 	for _, c := range []outageCase{ackedOutage(), rejectedOutage(), unsentOutage(), lostCommitOutage()} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			dbURL := pgtest.PaydbURL(t)
-			db := pgtest.Pool(t, dbURL)
-			fwd, viaURL := newPGForwarder(t, dbURL)
+			db, fwd, viaURL := forwardedPaydb(t)
 			hold := newHoldingRail(t)
-			cfg := testConfig(viaURL, hold.URL)
-			cfg.InterruptedAfter = cfg.InFlightBound() + InterruptMargin
+			cfg := shortestInterrupt(testConfig(viaURL, hold.URL))
 			cfg.JanitorInterval = 100 * time.Millisecond
 			if c.configure != nil {
 				c.configure(hold, &cfg)
@@ -229,12 +242,9 @@ func TestKnownOutcomeOutlivesPaydbOutage(t *testing.T) {
 // answers again.
 func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	fwd, viaURL := newPGForwarder(t, dbURL)
+	db, fwd, viaURL := forwardedPaydb(t)
 	rail := startStub(t, 0)
-	cfg := testConfig(viaURL, rail.URL)
-	cfg.InterruptedAfter = cfg.InFlightBound() + InterruptMargin
+	cfg := shortestInterrupt(testConfig(viaURL, rail.URL))
 	p := startProxy(t, cfg)
 
 	fwd.arm("after-stall") // the COMMIT lands, its answer is lost, paydb hangs
@@ -280,12 +290,9 @@ func TestLostCommitAnsweredWithoutWaitingForPaydb(t *testing.T) {
 // by the janitor, not also as acked.
 func TestKnownOutcomeLostOnlyPastInterruptAtCountedOnce(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	fwd, viaURL := newPGForwarder(t, dbURL)
+	db, fwd, viaURL := forwardedPaydb(t)
 	hold := newHoldingRail(t)
-	cfg := testConfig(viaURL, hold.URL)
-	cfg.InterruptedAfter = cfg.InFlightBound() + InterruptMargin
+	cfg := shortestInterrupt(testConfig(viaURL, hold.URL))
 	cfg.JanitorInterval = 100 * time.Millisecond
 	p := startProxy(t, cfg)
 	if a := submitLosingPaydb(t, p, fwd, hold, newPayout("p-gone", "acct-gone")); a.Status != http.StatusOK {
@@ -318,9 +325,7 @@ func TestKnownOutcomeLostOnlyPastInterruptAtCountedOnce(t *testing.T) {
 // the write paydb refused has been made.
 func TestDrainWaitsForLateResolution(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	fwd, viaURL := newPGForwarder(t, dbURL)
+	db, fwd, viaURL := forwardedPaydb(t)
 	hold := newHoldingRail(t)
 	p := startProxy(t, testConfig(viaURL, hold.URL))
 	if a := submitLosingPaydb(t, p, fwd, hold, newPayout("p-stop", "acct-stop")); a.Status != http.StatusOK {
