@@ -16,6 +16,7 @@ import (
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -109,6 +110,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	logs := &logcapture.Buffer{}
 	st, err := stack.Start(ctx, stack.Options{
 		Replicated: &pgcluster.PairOptions{Sync: synchronous, MaxConnections: 100},
@@ -150,18 +152,14 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 				AmountMinor: int64(100 + 37*i), Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
 			// Right after a promotion a create may meet a connection to the dead
 			// server once (503); creating is idempotent, so it is sent again.
-			for {
+			testkit.EventuallyState(t, time.Until(deadline), "create "+p.PayoutID, func() (bool, string) {
 				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := pc.Create(cctx, p)
-				ccancel()
-				if err == nil {
-					break
+				defer ccancel()
+				if _, err := pc.Create(cctx, p); err != nil {
+					return false, err.Error()
 				}
-				if ctx.Err() != nil {
-					t.Fatalf("create %s: %v", p.PayoutID, err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return true, ""
+			})
 			ids = append(ids, p.PayoutID)
 		}
 		return ids
@@ -209,7 +207,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 	defer stop()
 
 	// Under load: a third of the payouts done.
-	waitFor(t, ctx, "8 payouts final", func() bool { return finalCount(t, ctx, st) >= 8 })
+	testkit.Eventually(t, time.Until(deadline), "8 payouts final", func() bool { return finalCount(t, ctx, st) >= 8 })
 
 	if err := st.HoldStandby(); err != nil {
 		t.Fatal(err)
@@ -226,7 +224,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		// row and mark, its payout row and its lease's grant were all acknowledged
 		// and none of them reached the standby.
 		held := create("held", 4, func(int) string { return "acct-held" })
-		waitFor(t, ctx, "a payout created while the standby is held to reach the rail", func() bool {
+		testkit.Eventually(t, time.Until(deadline), "a payout created while the standby is held to reach the rail", func() bool {
 			return slices.ContainsFunc(railCalls(t, ctx, st), func(c railstub.Call) bool { return slices.Contains(held, c.Reference) })
 		})
 	}
@@ -237,7 +235,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 
 	// The same processes go on; more work arrives after the promotion.
 	run.created += len(create("c", 12, byIndex))
-	waitFor(t, ctx, "every payout final and no attempt unresolved", func() bool {
+	testkit.Eventually(t, time.Until(deadline), "every payout final and no attempt unresolved", func() bool {
 		var total, final, open int
 		err := st.Paydb.QueryRow(ctx, `SELECT (SELECT count(*) FROM payout),
 			(SELECT count(*) FROM payout WHERE status IN ('PAID','DECLINED','AMBIGUOUS','NOT_PRESENTED')),
@@ -291,18 +289,6 @@ func (run failoverRun) tokensNotAbove() []string {
 		}
 	}
 	return bad
-}
-
-// waitFor polls cond until it holds; the test's context bounds the wait.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 func finalCount(t *testing.T, ctx context.Context, st *stack.Stack) int {

@@ -6,12 +6,10 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"lock.dev/internal/reconcile"
+	"lock.dev/internal/testkit"
 )
 
 // Reconciler is a reconciler running in this process against the stack.
@@ -63,32 +61,7 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 // Metric reads one series of the reconciler's /metrics, as exposed (name with its
 // labels, e.g. `reconciler_settled_total{to="paid"}`).
 func (r *Reconciler) Metric(ctx context.Context, series string) (float64, error) {
-	return ReadMetric(ctx, r.URL, series)
-}
-
-// ReadMetric reads one series of base/metrics.
-func ReadMetric(ctx context.Context, base, series string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("metrics of %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return 0, fmt.Errorf("metrics of %s: %w", base, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("metrics of %s: no series %s", base, series)
+	return testkit.ReadMetric(ctx, r.URL, series)
 }
 
 // completedPasses is reconciler_pass_total{result="completed"}.
