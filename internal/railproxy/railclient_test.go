@@ -87,9 +87,7 @@ func TestRailHop(t *testing.T) {
 			t.Fatalf("second, on the reused connection: %+v", rc)
 		}
 		time.Sleep(100 * time.Millisecond)
-		rail.mu.Lock()
-		n, conns := rail.refs["h-2"], rail.conns
-		rail.mu.Unlock()
+		n, conns := rail.count("h-2"), rail.connCount()
 		if n != 1 || conns != 1 {
 			t.Fatalf("the rail read h-2 %d times over %d connections; want exactly once, on the first connection", n, conns)
 		}
@@ -241,35 +239,44 @@ func TestPayHonoursItsContext(t *testing.T) {
 		}
 	})
 
-	t.Run("a cancellation while the rail holds the request is ambiguous, interrupted", func(t *testing.T) {
-		t.Parallel()
-		c, rail, got := holdingRaw(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			<-got
-			cancel()
-		}()
-		rc := c.Pay(ctx, payment)
-		if rc.Result != RailAmbiguous || rc.Cause != CauseInterrupted || !errors.Is(rc.Err, context.Canceled) {
-			t.Fatalf("answer: %+v", rc)
-		}
-		if n := rail.connCount(); n != 1 {
-			t.Fatalf("the rail accepted %d connections, want 1", n)
-		}
-	})
-
-	t.Run("a deadline passing while the call is held is ambiguous, timeout", func(t *testing.T) {
-		t.Parallel()
-		c, rail, _ := holdingRaw(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		rc := c.Pay(ctx, payment)
-		if rc.Result != RailAmbiguous || rc.Cause != CauseTimeout || !errors.Is(rc.Err, context.DeadlineExceeded) {
-			t.Fatalf("answer: %+v", rc)
-		}
-		if n := rail.connCount(); n != 1 {
-			t.Fatalf("the rail accepted %d connections, want 1", n)
-		}
-	})
+	for _, c := range []struct {
+		name  string
+		cause string
+		err   error
+		// ctx is the call's context, given got, on which the rail says it has
+		// read the request.
+		ctx func(got <-chan struct{}) (context.Context, context.CancelFunc)
+	}{
+		{
+			name: "a cancellation while the rail holds the request is ambiguous, interrupted", cause: CauseInterrupted, err: context.Canceled,
+			ctx: func(got <-chan struct{}) (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					<-got
+					cancel()
+				}()
+				return ctx, cancel
+			},
+		},
+		{
+			name: "a deadline passing while the call is held is ambiguous, timeout", cause: CauseTimeout, err: context.DeadlineExceeded,
+			ctx: func(<-chan struct{}) (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 200*time.Millisecond)
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			client, rail, got := holdingRaw(t)
+			ctx, cancel := c.ctx(got)
+			defer cancel()
+			rc := client.Pay(ctx, payment)
+			if rc.Result != RailAmbiguous || rc.Cause != c.cause || !errors.Is(rc.Err, c.err) {
+				t.Fatalf("answer: %+v", rc)
+			}
+			if n := rail.connCount(); n != 1 {
+				t.Fatalf("the rail accepted %d connections, want 1", n)
+			}
+		})
+	}
 }

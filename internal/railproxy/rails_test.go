@@ -154,36 +154,18 @@ func TestIntentCommittedBeforeRailReceivesCall(t *testing.T) {
 // a kept-alive connection just as a request arrives. It counts every request it
 // reads, per reference, and every connection.
 type closingRail struct {
-	URL   string
-	mu    sync.Mutex
-	refs  map[string]int
-	conns int
+	*rawRail
+	mu   sync.Mutex
+	refs map[string]int
 }
 
-func newClosingRail(t testing.TB) *closingRail {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &closingRail{URL: "http://" + ln.Addr().String(), refs: map[string]int{}}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.mu.Lock()
-			c.conns++
-			c.mu.Unlock()
-			go c.serve(conn)
-		}
-	}()
+func newClosingRail(t *testing.T) *closingRail {
+	c := &closingRail{refs: map[string]int{}}
+	c.rawRail = newRawRail(t, c.serve)
 	return c
 }
 
 func (c *closingRail) serve(conn net.Conn) {
-	defer conn.Close()
 	br := bufio.NewReader(conn)
 	for i := 0; ; i++ {
 		req, err := http.ReadRequest(br)
@@ -245,10 +227,7 @@ func TestKeptAliveConnectionClosedIsNeverReplayed(t *testing.T) {
 		if a.code() != lockapi.CodeRailAmbiguous {
 			t.Fatalf("second, on the closed kept-alive connection: %+v", a)
 		}
-		rail.mu.Lock()
-		conns := rail.conns
-		rail.mu.Unlock()
-		if conns != 1 {
+		if conns := rail.connCount(); conns != 1 {
 			t.Fatalf("the rail saw %d connections; the second request was meant to reuse the first's", conns)
 		}
 		time.Sleep(200 * time.Millisecond)
