@@ -4,12 +4,11 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -46,7 +45,7 @@ const envProxyChild = "LOCKCLIENT_ENV_PROXY_CHILD"
 // that does not resolve (loopback addresses are never proxied): directly, that
 // fails at once; through the environment's proxy, the proxy would receive it.
 func TestAcquireIgnoresEnvironmentProxy(t *testing.T) {
-	if os.Getenv(envProxyChild) != "" {
+	if testkit.InChild(envProxyChild) {
 		req, _ := http.NewRequest(http.MethodPost, "http://lock-server.invalid:8081/v1/locks/account:a/acquire", nil)
 		if u, err := http.ProxyFromEnvironment(req); err != nil || u == nil {
 			t.Fatalf("the environment's proxy is not in effect in the child (%v, %v): the test would prove nothing", u, err)
@@ -64,12 +63,7 @@ func TestAcquireIgnoresEnvironmentProxy(t *testing.T) {
 		lockapi.WriteJSON(w, 200, lockapi.Lease{LockName: "account:a", OwnerID: "o", Token: 1, TTLMs: 1000})
 	}))
 	defer proxy.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcquireIgnoresEnvironmentProxy$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envProxyChild+"=1", "HTTP_PROXY="+proxy.URL, "HTTPS_PROXY="+proxy.URL,
-		"http_proxy="+proxy.URL, "https_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	testkit.RerunInChild(t, envProxyChild, testkit.ProxyEnv(proxy.URL)...)
 	if n := seen.Load(); n != 0 {
 		t.Fatalf("the environment's proxy received %d requests, want none", n)
 	}

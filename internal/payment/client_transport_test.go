@@ -5,13 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"lock.dev/internal/payment"
+	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -68,7 +67,7 @@ const envProxyChild = "PAYMENT_CLIENT_ENV_PROXY_CHILD"
 // addresses are never proxied): directly, that fails at once; through the
 // environment's proxy, the proxy would receive it.
 func TestClientIgnoresEnvironmentProxy(t *testing.T) {
-	if os.Getenv(envProxyChild) != "" {
+	if testkit.InChild(envProxyChild) {
 		req, _ := http.NewRequest(http.MethodPost, "http://payment-resource.invalid:8082/v1/payouts/p-1/claim", nil)
 		if u, err := http.ProxyFromEnvironment(req); err != nil || u == nil {
 			t.Fatalf("the environment's proxy is not in effect in the child (%v, %v): the test would prove nothing", u, err)
@@ -86,12 +85,7 @@ func TestClientIgnoresEnvironmentProxy(t *testing.T) {
 		lockapi.WriteJSON(w, 200, lockapi.Payout{PayoutID: "p-1"})
 	}))
 	defer proxy.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestClientIgnoresEnvironmentProxy$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envProxyChild+"=1", "HTTP_PROXY="+proxy.URL, "HTTPS_PROXY="+proxy.URL,
-		"http_proxy="+proxy.URL, "https_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	testkit.RerunInChild(t, envProxyChild, testkit.ProxyEnv(proxy.URL)...)
 	if n := seen.Load(); n != 0 {
 		t.Fatalf("the environment's proxy received %d requests, want none", n)
 	}

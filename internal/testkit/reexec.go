@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
+	"testing"
 )
 
 // RunMainIfChild makes the test binary the program itself when the
@@ -45,4 +47,28 @@ func ExitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// InChild says whether this process is a child that RerunInChild started with
+// childEnv.
+func InChild(childEnv string) bool { return os.Getenv(childEnv) != "" }
+
+// RerunInChild runs t's test (a top-level test) alone in a child process of
+// the test binary, with this process's environment plus childEnv set to 1 and
+// extra; there InChild(childEnv) is true. It fails t, with the child's output,
+// when the child fails. For what a process reads once from its environment.
+func RerunInChild(t testing.TB, childEnv string, extra ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), extra...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// ProxyEnv is the environment that sends a process's HTTP and HTTPS requests
+// through the proxy at proxyURL, with no exceptions.
+func ProxyEnv(proxyURL string) []string {
+	return []string{"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL,
+		"http_proxy=" + proxyURL, "https_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="}
 }
