@@ -57,14 +57,7 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	w := &world{URL: "http://" + ln.Addr().String(), pool: pgtest.Pool(t, dbURL), net: sl}
-	testkit.Eventually(t, 20*time.Second, "lock-server to be ready", func() bool {
-		resp, err := http.Get(w.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testkit.WaitHTTP(t, nil, 20*time.Second, w.URL+"/readyz", http.StatusOK)
 	return w
 }
 

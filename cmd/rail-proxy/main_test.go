@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -93,27 +92,8 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 
-	cmd = testkit.MainCommand(runMainEnv, env)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if it never becomes live
-	testkit.Eventually(t, 20*time.Second, "serve to become live", func() bool {
-		resp, err := http.Get("http://" + addr + "/livez")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	cmd, lines := testkit.StartMain(t, runMainEnv, env)
+	testkit.WaitHTTP(t, nil, 20*time.Second, "http://"+addr+"/livez", 0)
 	// Readiness is DOWN (the rail is not there) and says so without details.
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil {

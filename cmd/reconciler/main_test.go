@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -104,27 +102,8 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("serve on a paydb with fsync off: exit %d, %s", testkit.ExitCode(err), stderr.String())
 	}
 	env = append(env, "UNSAFE_NON_DURABLE_DB=true")
-	cmd = testkit.MainCommand(runMainEnv, env)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1000)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() }) // if it never becomes live
-	testkit.Eventually(t, 20*time.Second, "serve to become live", func() bool {
-		resp, err := http.Get("http://" + addr + "/livez")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	cmd, lines := testkit.StartMain(t, runMainEnv, env)
+	testkit.WaitHTTP(t, nil, 20*time.Second, "http://"+addr+"/livez", 0)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -291,13 +291,6 @@ func runProxy(t testing.TB, name string, cfg railproxy.Config, after func()) str
 		}
 	})
 	url := "http://" + ln.Addr().String()
-	testkit.Eventually(t, 20*time.Second, name+" to come up", func() bool {
-		resp, err := testHTTP.Get(url + "/livez")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testkit.WaitHTTP(t, testHTTP, 20*time.Second, url+"/livez", http.StatusOK)
 	return url
 }

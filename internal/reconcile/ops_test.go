@@ -138,13 +138,7 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- reconcile.Run(sctx, cfg) }()
 	url := "http://" + ln.Addr().String()
-	testkit.Eventually(t, 15*time.Second, "serve to start after migrate", func() bool {
-		resp, err := http.Get(url + "/livez")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	testkit.WaitHTTP(t, nil, 15*time.Second, url+"/livez", 0)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
@@ -208,13 +202,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 		}
 	}()
 	url := "http://" + ln.Addr().String()
-	testkit.Eventually(t, 15*time.Second, "the reconciler to serve liveness", func() bool {
-		resp, err := http.Get(url + "/livez")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	testkit.WaitHTTP(t, nil, 15*time.Second, url+"/livez", 0)
 	code, body = readyz(t, url)
 	if code != http.StatusServiceUnavailable || body.Components["railProxy"].Status != "DOWN" || body.Components["db"].Status != "UP" {
 		t.Fatalf("readyz without rail-proxy: %d %+v, want 503 with railProxy DOWN", code, body)

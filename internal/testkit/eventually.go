@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"net/http"
 	"testing"
 	"time"
 )
@@ -34,4 +35,22 @@ func EventuallyState(t testing.TB, within time.Duration, what string, cond func(
 		}
 		time.Sleep(PollInterval)
 	}
+}
+
+// WaitHTTP waits until a GET of url through client (http.DefaultClient when
+// nil) is answered with status want — with any status when want is 0 — and
+// fails t when within passes first. For a server's liveness or readiness.
+func WaitHTTP(t testing.TB, client *http.Client, within time.Duration, url string, want int) {
+	t.Helper()
+	if client == nil {
+		client = http.DefaultClient
+	}
+	EventuallyState(t, within, "GET "+url+" to answer", func() (bool, string) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return want == 0 || resp.StatusCode == want, resp.Status
+	})
 }

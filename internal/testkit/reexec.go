@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -71,4 +72,30 @@ func RerunInChild(t testing.TB, childEnv string, extra ...string) {
 func ProxyEnv(proxyURL string) []string {
 	return []string{"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL,
 		"http_proxy=" + proxyURL, "https_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="}
+}
+
+// StartMain starts the test binary as the program (as MainCommand) and returns
+// it with the lines of its standard output; the channel is closed when the
+// program closes its standard output. The program is killed when t ends if it
+// still runs.
+func StartMain(t testing.TB, env string, extra []string, args ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := MainCommand(env, extra, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, lines
 }
