@@ -94,14 +94,7 @@ func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096},
 			Timeout: 30 * time.Second},
 	}
-	testkit.Eventually(b, 20*time.Second, "the proxy to be ready", func() bool {
-		resp, err := s.client.Get(s.proxyURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testkit.WaitHTTP(b, s.client, 20*time.Second, s.proxyURL+"/readyz", http.StatusOK)
 	return s
 }
 

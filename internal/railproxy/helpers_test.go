@@ -454,12 +454,5 @@ func startBinary(t testing.TB, env ...string) (url string, stderr *logcapture.Bu
 // waitLive waits up to 20 s for a rail-proxy process at url to answer /livez 200.
 func waitLive(t testing.TB, url string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "the rail-proxy process to be live", func() bool {
-		resp, err := pollHTTP.Get(url + "/livez")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testkit.WaitHTTP(t, pollHTTP, 20*time.Second, url+"/livez", http.StatusOK)
 }
