@@ -91,6 +91,25 @@ func Metric(t testing.TB, base, series string) float64 {
 	return v
 }
 
+// MetricOr reads series (as in ReadMetric) of base/metrics through client
+// (http.DefaultClient when nil), returning absent when it is not exposed; it
+// fails t when the scrape fails or the series does not parse.
+func MetricOr(t testing.TB, client *http.Client, base, series string, absent float64) float64 {
+	t.Helper()
+	fams, err := Scrape(context.Background(), client, base+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok, err := fams.Lookup(series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return absent
+	}
+	return v
+}
+
 // Value returns the value of series (as in ReadMetric) and whether it is
 // exposed. A malformed series is not exposed.
 func (f Families) Value(series string) (float64, bool) {

@@ -74,6 +74,9 @@ func TestReadMetricFromARegistry(t *testing.T) {
 	if v := testkit.Metric(t, srv.URL, `payout_total{result="paid",to="x"}`); v != 3 {
 		t.Errorf("Metric = %v", v)
 	}
+	if v := testkit.MetricOr(t, srv.Client(), srv.URL, "absent_total", -1); v != -1 {
+		t.Errorf("MetricOr of an absent series = %v, want -1", v)
+	}
 }
 
 // A scrape of an address that does not answer 200 is an error.
