@@ -98,9 +98,8 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 	// the rail booked a call it has not answered.
 	seen := len(e.calls(t))
 	create(12)
-	for len(e.calls(t)) == seen && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
+	deadline, _ := ctx.Deadline()
+	testkit.Eventually(t, time.Until(deadline), "the rail to book a call", func() bool { return len(e.calls(t)) != seen })
 	if err := e.st.CrashProxy(ctx); err != nil {
 		t.Fatalf("crash rail-proxy: %v", err)
 	}

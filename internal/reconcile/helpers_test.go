@@ -93,16 +93,13 @@ func (e *env) waitWindow(t testing.TB) {
 		(SELECT coalesce(max(updated_at), '-infinity') FROM payout))`).Scan(&last); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testkit.Eventually(t, e.cfg.SettleAfter+time.Minute, "paydb's clock to pass the settle window", func() bool {
 		var now time.Time
 		if err := e.st.Paydb.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			t.Fatal(err)
 		}
-		if now.After(last.Add(e.cfg.SettleAfter)) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return now.After(last.Add(e.cfg.SettleAfter))
+	})
 }
 
 var testHTTP = &http.Client{Timeout: 30 * time.Second}
