@@ -54,15 +54,12 @@ func TestBinary(t *testing.T) {
 		{[]string{"PAYDB_URL=postgres://postgres:" + secret + "@[::1"}, nil},
 		{nil, []string{"--paydb-url=host=x port=notaport password=" + secret}},
 	} {
-		var stdout, stderr bytes.Buffer
-		cmd := testkit.MainCommand(runMainEnv, c.env, c.args...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		if testkit.ExitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
-			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, testkit.ExitCode(err), stderr.String())
+		stdout, stderr, code := testkit.RunMain(runMainEnv, c.env, c.args...)
+		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || stderr == "" {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, code, stderr)
 		}
-		if strings.Contains(stderr.String()+stdout.String(), secret) {
-			t.Errorf("%v %v: the password is shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
+		if strings.Contains(stdout+stderr, secret) {
+			t.Errorf("%v %v: the password is shown: %q %q", c.env, c.args, stdout, stderr)
 		}
 	}
 

@@ -61,15 +61,12 @@ func TestBinary(t *testing.T) {
 		{[]string{token, "PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, nil},
 		{[]string{"PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, []string{"migrate"}},
 	} {
-		var stdout, stderr bytes.Buffer
-		cmd := testkit.MainCommand(runMainEnv, c.env, c.args...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		if testkit.ExitCode(err) != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || stderr.Len() == 0 {
-			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, testkit.ExitCode(err), stderr.String())
+		stdout, stderr, code := testkit.RunMain(runMainEnv, c.env, c.args...)
+		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || stderr == "" {
+			t.Errorf("%v %v: exit %d, stderr %q", c.env, c.args, code, stderr)
 		}
-		if strings.Contains(stdout.String()+stderr.String(), badURLSecret) {
-			t.Errorf("%v %v: the password was shown: %q %q", c.env, c.args, stdout.String(), stderr.String())
+		if strings.Contains(stdout+stderr, badURLSecret) {
+			t.Errorf("%v %v: the password was shown: %q %q", c.env, c.args, stdout, stderr)
 		}
 	}
 

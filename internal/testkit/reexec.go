@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -98,4 +99,14 @@ func StartMain(t testing.TB, env string, extra []string, args ...string) (*exec.
 		}
 	}()
 	return cmd, lines
+}
+
+// RunMain runs the program (as MainCommand) to its end and returns what it
+// wrote to its standard output and error and its exit status (as ExitCode).
+func RunMain(env string, extra []string, args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	cmd := MainCommand(env, extra, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	code = ExitCode(cmd.Run())
+	return out.String(), errOut.String(), code
 }
