@@ -114,7 +114,7 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 		"(%d … %d): to rail-proxy a payout nobody created, %d EUR\n"+
 		"minor units to %s; to payment-resource a claim of %s's pending payout %s. Each column is\n"+
 		"a system of its own, fencing on, after an honest executor paid one payout per account; they\n"+
-		"differ only in whether rail-proxy and payment-resource verify lock-server's grants (C7):\n\n",
+		"differ only in whether rail-proxy and payment-resource verify lock-server's grants (docs/contracts/signed-grants.md):\n\n",
 		attackVictim, lockapi.MaxInt64-4, lockapi.MaxInt64, rogueAmount, rogueBenef, attackVictim, attackTarget)
 	head := []string{}
 	for _, c := range cols {

@@ -148,7 +148,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.MaxDuration, "max-duration", cfg.MaxDuration, "bound of one run; payouts still unsettled then fail the run")
 	fs.BoolVar(&cfg.Fencing, "fencing", cfg.Fencing, "RAIL_PROXY_FENCING_ENABLED for a single run (given alone, turns --compare off)")
 	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
-	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (C7) in the runs")
+	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (docs/contracts/signed-grants.md) in the runs")
 	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not (needs the throwaway PostgreSQL)")
 	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
@@ -169,7 +169,7 @@ Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail
 seeds payouts, runs executors with stale-writer pauses, a slow and lossy rail and a
 rail-proxy crash, then checks the invariants from ground truth. By default it runs the
 same seeded scenario twice, with fencing on and off, with grants signed and verified
-(C7), and then shows a rogue client's made-up token refused with grants verified and
+(docs/contracts/signed-grants.md), and then shows a rogue client's made-up token refused with grants verified and
 admitted without. Exit status 0 only when every invariant held in the fenced run and
 every rogue attempt was refused. See docs/lockdemo.md.
 

@@ -256,7 +256,7 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 	extra := []invariants.Row{
 		{Label: "wall time"}, {Label: "every payout settled in time"}, {Label: "executor pauses (stale-writer makers)"},
 		{Label: "rail-proxy crashes (SIGKILL, restart)"}, {Label: "slow-rail windows (latency > read timeout)"},
-		{Label: "grants signed and verified (C7)"},
+		{Label: "grants signed and verified"},
 	}
 	for i, r := range runs {
 		cols[i] = invariants.Column{Title: "fencing " + onOff(r.Fencing), Report: r.Report}

@@ -46,7 +46,7 @@ func runShort(t *testing.T, fencing bool) *Result {
 		t.Fatal(err)
 	}
 	if !r.Grants {
-		t.Error("the run does not sign and verify grants (C7)")
+		t.Error("the run does not sign and verify grants")
 	}
 	if r.Crashes != 1 || r.Pauses == 0 {
 		t.Errorf("the chaos did not happen: %d crashes, %d pauses", r.Crashes, r.Pauses)

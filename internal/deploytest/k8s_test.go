@@ -303,7 +303,7 @@ func checkEnv(t *testing.T, where, service string, c container) {
 			continue // the Go runtime's, set from the memory limit
 		}
 		if !slices.Contains(settings[service], e.Name) {
-			t.Errorf("%s: %s is not a setting of %s (C5)", where, e.Name, service)
+			t.Errorf("%s: %s is not a setting of %s (docs/contracts/configuration.md)", where, e.Name, service)
 		}
 		if slices.Contains(secretSettings, e.Name) {
 			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
@@ -366,14 +366,14 @@ func TestDeploymentsProbesSecurityAndResources(t *testing.T) {
 			named[cp.Name] = cp.ContainerPort
 		}
 		if named["http"] != port {
-			t.Errorf("%s: port http is %d, want %d (C5)", where, named["http"], port)
+			t.Errorf("%s: port http is %d, want %d (docs/contracts/configuration.md)", where, named["http"], port)
 		}
 		for kind, pr := range map[string]*probe{"/livez": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
 			switch {
 			case pr == nil || pr.HTTPGet == nil:
 				t.Errorf("%s: no httpGet probe for %s", where, kind)
 			case pr.HTTPGet.Path != kind:
-				t.Errorf("%s: probe on %s, want %s (C4 #ct4-health)", where, pr.HTTPGet.Path, kind)
+				t.Errorf("%s: probe on %s, want %s (docs/contracts/observability.md)", where, pr.HTTPGet.Path, kind)
 			case fmt.Sprint(pr.HTTPGet.Port) != "http" && fmt.Sprint(pr.HTTPGet.Port) != fmt.Sprint(port):
 				t.Errorf("%s: %s probed on port %v, want %d", where, kind, pr.HTTPGet.Port, port)
 			}

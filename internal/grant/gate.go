@@ -30,7 +30,7 @@ func NewGate(keys *KeySet, cacheSize int, reg prometheus.Registerer, logger *slo
 	g := &Gate{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grant_rejected_total",
-			Help: "Fenced requests refused because their grant did not prove the token (C7), by reason.",
+			Help: "Fenced requests refused because their grant did not prove the token (docs/contracts/signed-grants.md), by reason.",
 		}, []string{"reason"}),
 		logger: logger,
 	}
@@ -59,7 +59,7 @@ func (g *Gate) Verifying() bool { return g != nil && g.verifier != nil }
 func (g *Gate) Announce(setting string, ignoredKeys int) {
 	if g.verifier == nil {
 		g.logger.Warn("grants are not verified: "+setting+" is empty, so a fencing token is taken at its word "+
-			"and anyone who can reach this service can present any token for any account (C7)",
+			"and anyone who can reach this service can present any token for any account (docs/contracts/signed-grants.md)",
 			"event", "grants_not_verified", "setting", setting)
 		return
 	}

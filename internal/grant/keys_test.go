@@ -65,7 +65,7 @@ func TestKeygenWritesThePair(t *testing.T) {
 	}
 	k := doc.Keys[0]
 	if k["kty"] != "OKP" || k["crv"] != "Ed25519" || k["use"] != "sig" || k["alg"] != "EdDSA" || k["kid"] != kid || k["x"] == "" || k["d"] != "" {
-		t.Errorf("jwks.json key %v is not C7's public JWK", k)
+		t.Errorf("jwks.json key %v is not the public JWK docs/contracts/signed-grants.md describes", k)
 	}
 	// The signer made from the file signs grants the set verifies.
 	s, err := grant.NewSigner(priv)

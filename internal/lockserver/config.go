@@ -139,7 +139,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (st
 		s.Duration(&cfg.MaxTTL, "LOCK_MAX_TTL", defaultMaxTTL, "longest lease TTL a caller may ask for")
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
 			"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-		s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (C7); empty: grants are not signed")
+		s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (docs/contracts/signed-grants.md); empty: grants are not signed")
 		s.String(&cfg.PreviousPublicKeysFile, "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE", "", "JWK Set published at GET /v1/keys beside the current key (a rotation announced in advance)")
 	})
 	if err != nil {

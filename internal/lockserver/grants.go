@@ -54,7 +54,7 @@ func loadGrants(cfg Config, logger *slog.Logger) (grants, error) {
 		g.published = g.published.Join(prev)
 	}
 	if g.signer == nil {
-		logger.Info("grants are not signed: LOCK_SERVER_SIGNING_KEY_FILE is empty; fence points cannot verify tokens (C7)",
+		logger.Info("grants are not signed: LOCK_SERVER_SIGNING_KEY_FILE is empty; fence points cannot verify tokens (docs/contracts/signed-grants.md)",
 			"event", "grants_not_signed")
 	} else {
 		logger.Info("grants are signed", "event", "grants_signed", "keyId", g.signer.KeyID(), "publishedKeyIds", g.published.IDs())
@@ -90,7 +90,7 @@ func Keygen(args []string, stdout io.Writer) error {
 	out := fs.String("out", "", "directory to write "+grant.SigningKeyFile+" and "+grant.KeySetFile+" to (created 0700 if needed)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: lock-server keygen --out DIR\n\nMakes an Ed25519 key pair for signing grants (C7):\n"+
+			fmt.Fprintf(stdout, "Usage: lock-server keygen --out DIR\n\nMakes an Ed25519 key pair for signing grants (docs/contracts/signed-grants.md):\n"+
 				"  DIR/%s  the private key (PKCS#8 PEM, mode 0600): LOCK_SERVER_SIGNING_KEY_FILE\n"+
 				"  DIR/%s       its public key as a JWK Set (mode 0644): RAIL_PROXY_GRANT_KEYS_FILE, PAYMENT_GRANT_KEYS_FILE\n"+
 				"Existing files are never overwritten.\n", grant.SigningKeyFile, grant.KeySetFile)

@@ -122,7 +122,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
 			"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
 		s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
-			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (C7); empty: tokens are not verified")
+			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (docs/contracts/signed-grants.md); empty: tokens are not verified")
 	})
 	if err != nil {
 		return cmd, cfg, err

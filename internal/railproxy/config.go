@@ -205,7 +205,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
 		s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-		s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (C7); empty: tokens are not verified")
+		s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (docs/contracts/signed-grants.md); empty: tokens are not verified")
 		s.Int(&cfg.MaxGroup, "RAIL_PROXY_MAX_GROUP", def.MaxGroup, "at most this many submissions admitted in one paydb transaction, and resolved in one statement (1: one by one)")
 	})
 	if err != nil {

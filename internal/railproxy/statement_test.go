@@ -49,7 +49,7 @@ func getStatement(t testing.TB, p *proxy, query string) (int, lockapi.Statement,
 			}
 		}
 		if len(l) != 9 {
-			t.Fatalf("statement line has members %v, want the nine of C6", keys)
+			t.Fatalf("statement line has members %v, want the nine of docs/contracts/reconciliation.md", keys)
 		}
 	}
 	var st lockapi.Statement
