@@ -84,6 +84,14 @@ const lateMargin = time.Second
 // background, and the answer names no row.
 const unsentAnswerBound = 250 * time.Millisecond
 
+// unsentAnswerBound is unsentAnswerBound, or the tests' replacement for it.
+func (a *admitter) unsentAnswerBound() time.Duration {
+	if a.hooks != nil && a.hooks.unsentAnswerBound > 0 {
+		return a.hooks.unsentAnswerBound
+	}
+	return unsentAnswerBound
+}
+
 // wait waits at most d for every submission in flight and every resolving write
 // in the background to finish; it reports whether they all did.
 func (a *admitter) wait(d time.Duration) bool {
@@ -558,8 +566,8 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 	if errors.As(err, &ce) && ce.Unsure && ce.SubmissionID != 0 {
 		if ce.Intent {
 			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent, unsureBackend: ce.BackendPID}
-			bound := time.Now().Add(unsentAnswerBound)
-			row, wrote, rerr := a.resolveOnce(ctx, res, unsentAnswerBound)
+			bound := time.Now().Add(a.unsentAnswerBound())
+			row, wrote, rerr := a.resolveOnce(ctx, res, a.unsentAnswerBound())
 			if errors.Is(rerr, ErrNoRow) {
 				row, wrote, rerr = a.resolveUnsure(ctx, res, bound)
 			}
@@ -580,7 +588,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 		} else {
 			// A FENCED or DUPLICATE row, resolved in the transaction itself: only
 			// whether it exists is asked, within the same short bound.
-			cctx, cancel := context.WithTimeout(ctx, unsentAnswerBound)
+			cctx, cancel := context.WithTimeout(ctx, a.unsentAnswerBound())
 			if _, aerr := a.store.Attempt(cctx, ce.SubmissionID); aerr == nil {
 				members["submissionId"] = ce.SubmissionID
 			}

@@ -145,7 +145,11 @@ func TestIntentCommitLost(t *testing.T) {
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
 	fwd, viaURL := newPGForwarder(t, dbURL)
-	p := startProxy(t, testConfig(viaURL, rail.URL))
+	cfg := testConfig(viaURL, rail.URL)
+	// The answer names the row only when the UNSENT write lands within the
+	// bound; 250 ms is too short a promise on a loaded test machine.
+	cfg.hooks = &hooks{unsentAnswerBound: 10 * time.Second}
+	p := startProxy(t, cfg)
 
 	fwd.arm("after")
 	a := submit(t, p.URL, 1, newPayout("p-lost-answer", "acct-lost"))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 )
 
 // A panic in the admission or resolution worker (group.go) must not take the
@@ -36,6 +37,10 @@ type hooks struct {
 	admitted   func(subs []Submission, res []MemberResult)
 	// resolveGroup runs in the resolution worker before a group's statement.
 	resolveGroup func(res []resolution)
+	// unsentAnswerBound, when not zero, replaces unsentAnswerBound, so that a
+	// test of the lost COMMIT answer does not depend on how loaded the machine
+	// running it is.
+	unsentAnswerBound time.Duration
 }
 
 // panicked logs and counts a worker's panic; it returns the error its members
