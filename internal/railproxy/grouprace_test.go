@@ -75,9 +75,20 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 		t.Errorf("%d answers neither 200 nor FENCED_OUT, e.g. %v", len(failures), failures[:min(5, len(failures))])
 	}
 	for i, p := range proxies {
-		if n := len(p.Logs.events("admission_group_fallback")); n > 0 {
-			t.Errorf("replica %d: %d group statements failed (deadlock?): %v", i, n, p.Logs.events("admission_group_fallback")[0])
+		// A group statement that meets a lock held longer than its lock_timeout
+		// fails with lock_not_available (55P03) and its members are admitted one
+		// by one, as docs/contracts/rail-proxy.md ("Group admission") says; on a
+		// loaded machine that can happen here (a relation's extension lock). Any
+		// other failure — a deadlock above all — is a fault.
+		var timedOut int
+		for _, e := range p.Logs.events("admission_group_fallback") {
+			if msg, _ := e["error"].(string); strings.Contains(msg, "55P03") {
+				timedOut++
+				continue
+			}
+			t.Errorf("replica %d: a group statement failed other than by its lock_timeout: %v", i, e)
 		}
+		t.Logf("replica %d: %d group statements fell back on their lock_timeout", i, timedOut)
 		if logs := p.Logs.String(); strings.Contains(logs, "deadlock") {
 			t.Errorf("replica %d logged a deadlock", i)
 		}
