@@ -58,35 +58,14 @@ func TestClientFollowsNoRedirect(t *testing.T) {
 	}
 }
 
-const envProxyChild = "PAYMENT_CLIENT_ENV_PROXY_CHILD"
-
-// HTTP_PROXY and HTTPS_PROXY change nothing: the client talks
-// to payment-resource directly, so no proxy can retry a claim or a post on its
-// own. The proxy settings are read once per process, so a child process runs the
-// client with them set; it calls a name that does not resolve (loopback
-// addresses are never proxied): directly, that fails at once; through the
-// environment's proxy, the proxy would receive it.
+// HTTP_PROXY and HTTPS_PROXY change nothing: the client talks to
+// payment-resource directly, so no proxy can retry a claim or a post on its own.
 func TestClientIgnoresEnvironmentProxy(t *testing.T) {
-	if testkit.InChild(envProxyChild) {
-		req, _ := http.NewRequest(http.MethodPost, "http://payment-resource.invalid:8082/v1/payouts/p-1/claim", nil)
-		if u, err := http.ProxyFromEnvironment(req); err != nil || u == nil {
-			t.Fatalf("the environment's proxy is not in effect in the child (%v, %v): the test would prove nothing", u, err)
-		}
-		c := payment.NewClient("http://payment-resource.invalid:8082")
+	const url = "http://payment-resource.invalid:8082"
+	testkit.EnvironmentProxyUnused(t, "PAYMENT_CLIENT_ENV_PROXY_CHILD", url+"/v1/payouts/p-1/claim", lockapi.Payout{PayoutID: "p-1"}, func() {
+		c := payment.NewClient(url)
 		c.Timeout = 5 * time.Second
 		_, _ = c.Claim(context.Background(), "p-1", 7, "exec-a")
 		_, _ = c.Post(context.Background(), "p-1", 7, "exec-a", lockapi.PostRequest{Outcome: lockapi.StatusAmbiguous})
-		return
-	}
-	t.Parallel()
-	var seen atomic.Int32
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		seen.Add(1)
-		lockapi.WriteJSON(w, 200, lockapi.Payout{PayoutID: "p-1"})
-	}))
-	defer proxy.Close()
-	testkit.RerunInChild(t, envProxyChild, testkit.ProxyEnv(proxy.URL)...)
-	if n := seen.Load(); n != 0 {
-		t.Fatalf("the environment's proxy received %d requests, want none", n)
-	}
+	})
 }
