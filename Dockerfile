@@ -40,7 +40,7 @@ LABEL org.opencontainers.image.title="lock.dev" \
 COPY --from=build /out/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /rootfs/ /
 USER 65532:65532
-# lock-server, payment-resource, rail-proxy, rail-stub, executor, reconciler (C5).
+# lock-server, payment-resource, rail-proxy, rail-stub, executor, reconciler (docs/contracts/configuration.md).
 EXPOSE 8081 8082 8083 8084 8085 8086
 # No ENTRYPOINT: the command names the binary (PATH holds /usr/local/bin).
 CMD ["lock-server", "--help"]

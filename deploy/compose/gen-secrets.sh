@@ -2,7 +2,7 @@
 # Makes the secrets compose.yaml reads, in deploy/compose/secrets/ (git-ignored):
 # the two database passwords and their pgpass files, the settle bearer token
 # (an env file), Grafana's admin password, and lock-server's grant signing key
-# with its public JWK Set (C7, made by `lock-server keygen` in the image).
+# with its public JWK Set (docs/contracts/signed-grants.md, made by `lock-server keygen` in the image).
 #
 # Run it once, from anywhere:  deploy/compose/gen-secrets.sh
 # It never overwrites: delete a file to make a new one (and, for a database
