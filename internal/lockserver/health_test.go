@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/serve"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
@@ -65,17 +66,9 @@ func TestMetricsZeroInitialisedAndCounting(t *testing.T) {
 	}
 }
 
-type readiness struct {
-	Status     string `json:"status"`
-	Components map[string]struct {
-		Status string `json:"status"`
-		Detail string `json:"detail"`
-	} `json:"components"`
-}
-
-func ready(t *testing.T, base string) (int, readiness) {
+func ready(t *testing.T, base string) (int, serve.Readiness) {
 	t.Helper()
-	var r readiness
+	var r serve.Readiness
 	a, err := send(http.MethodGet, base+"/readyz", nil, nil)
 	if err != nil {
 		t.Fatalf("readyz: %v", err)

@@ -209,22 +209,14 @@ func TestMetricsAndReadiness(t *testing.T) {
 	}
 }
 
-type readiness struct {
-	Status     string `json:"status"`
-	Components map[string]struct {
-		Status string `json:"status"`
-		Detail string `json:"detail"`
-	} `json:"components"`
-}
-
-func readyz(t testing.TB, url string) (int, readiness) {
+func readyz(t testing.TB, url string) (int, serve.Readiness) {
 	t.Helper()
 	resp, err := http.Get(url + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r readiness
+	var r serve.Readiness
 	_ = json.NewDecoder(resp.Body).Decode(&r)
 	return resp.StatusCode, r
 }

@@ -109,34 +109,37 @@ func (h *Health) Add(name string, c Check) {
 // Drain makes readiness DOWN from now on: the process is shutting down.
 func (h *Health) Drain() { h.draining.Store(true) }
 
-type component struct {
+// Component is one component of a readiness answer: UP or DOWN, and why.
+type Component struct {
 	Status string `json:"status"`
 	Detail string `json:"detail"`
 }
 
-type readiness struct {
+// Readiness is the body of every readiness answer (/readyz and its
+// /actuator aliases): the overall status and each component's.
+type Readiness struct {
 	Status     string               `json:"status"`
-	Components map[string]component `json:"components"`
+	Components map[string]Component `json:"components"`
 }
 
 // Ready runs every check concurrently and reports the result.
-func (h *Health) Ready(ctx context.Context) (bool, map[string]component) {
+func (h *Health) Ready(ctx context.Context) (bool, map[string]Component) {
 	h.mu.Lock()
 	names := append([]string(nil), h.names...)
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	out := make(map[string]component, len(names)+1)
+	out := make(map[string]Component, len(names)+1)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, n := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := component{Status: "UP", Detail: "ok"}
+			c := Component{Status: "UP", Detail: "ok"}
 			err := h.checks[n](ctx)
 			if err != nil {
-				c = component{Status: "DOWN", Detail: downDetail}
+				c = Component{Status: "DOWN", Detail: downDetail}
 			}
 			h.note(n, err)
 			mu.Lock()
@@ -153,7 +156,7 @@ func (h *Health) Ready(ctx context.Context) (bool, map[string]component) {
 	}
 	if h.draining.Load() {
 		up = false
-		out["lifecycle"] = component{Status: "DOWN", Detail: "shutting down"}
+		out["lifecycle"] = Component{Status: "DOWN", Detail: "shutting down"}
 	}
 	return up, out
 }
@@ -164,7 +167,7 @@ func (h *Health) live(w http.ResponseWriter, _ *http.Request) {
 
 func (h *Health) ready(w http.ResponseWriter, r *http.Request) {
 	up, comps := h.Ready(r.Context())
-	body := readiness{Status: "UP", Components: comps}
+	body := Readiness{Status: "UP", Components: comps}
 	status := http.StatusOK
 	if !up {
 		body.Status = "DOWN"
