@@ -225,16 +225,15 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 		}
 	}
 	member("submissionId", &a.submissionID)
-	want := map[string]int{
-		lockapi.CodeFencedOut:           http.StatusConflict,
-		lockapi.CodeDuplicateSubmission: http.StatusConflict,
-		lockapi.CodeRailRejected:        http.StatusUnprocessableEntity,
-		lockapi.CodeRailAmbiguous:       http.StatusConflict,
-		lockapi.CodeRailUnavailable:     http.StatusServiceUnavailable,
-	}
-	if st, ok := want[p.Code]; ok && st != resp.StatusCode {
-		a.err = fmt.Errorf("%s answered with status %d, want %d", p.Code, resp.StatusCode, st)
-		return a
+	switch p.Code {
+	case lockapi.CodeFencedOut, lockapi.CodeDuplicateSubmission, lockapi.CodeRailRejected,
+		lockapi.CodeRailAmbiguous, lockapi.CodeRailUnavailable:
+		// The gate's own codes come with the status the code table gives them; any
+		// other status means the answer is not the gate's.
+		if st := lockapi.Status(p.Code); st != resp.StatusCode {
+			a.err = fmt.Errorf("%s answered with status %d, want %d", p.Code, resp.StatusCode, st)
+			return a
+		}
 	}
 	switch p.Code {
 	case lockapi.CodeFencedOut:

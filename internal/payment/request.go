@@ -23,7 +23,7 @@ const (
 
 func checkPayoutID(id string) []lockapi.FieldError {
 	if err := lockapi.ValidateIdentifier(id); err != nil {
-		return []lockapi.FieldError{{Field: fieldPayoutID, Problem: problem(err)}}
+		return []lockapi.FieldError{{Field: fieldPayoutID, Problem: lockapi.ProblemText(err)}}
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func parseListQuery(q url.Values) (listFilter, []lockapi.FieldError) {
 	}
 	if v, ok := get("accountId"); ok {
 		if err := lockapi.ValidateIdentifier(v); err != nil {
-			add("accountId", problem(err))
+			add("accountId", lockapi.ProblemText(err))
 		} else {
 			f.AccountID = v
 		}
@@ -155,13 +155,3 @@ type faultError string
 func (e faultError) Error() string { return string(e) }
 
 func fault(p string) error { return faultError(p) }
-
-// problem is the short sentence of a lockapi validation error, without its prefix.
-func problem(err error) string {
-	const prefix = "invalid value: "
-	msg := err.Error()
-	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		return msg[len(prefix):]
-	}
-	return msg
-}

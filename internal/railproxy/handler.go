@@ -131,7 +131,7 @@ func parseListQuery(raw string) (listQuery, []lockapi.FieldError) {
 		errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: "must appear exactly once"})
 	default:
 		if err := lockapi.ValidateIdentifier(vs[0]); err != nil {
-			errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: problemOf(err)})
+			errs = append(errs, lockapi.FieldError{Field: "payoutId", Problem: lockapi.ProblemText(err)})
 		}
 		lq.payoutID = vs[0]
 	}
@@ -142,7 +142,7 @@ func parseListQuery(raw string) (listQuery, []lockapi.FieldError) {
 		// A submissionId has the form of a token: the same strict parser.
 		v, err := lockapi.ParseToken(vs[0])
 		if err != nil {
-			errs = append(errs, lockapi.FieldError{Field: "after", Problem: problemOf(err)})
+			errs = append(errs, lockapi.FieldError{Field: "after", Problem: lockapi.ProblemText(err)})
 		}
 		lq.after = v
 	}
@@ -151,14 +151,4 @@ func parseListQuery(raw string) (listQuery, []lockapi.FieldError) {
 		return listQuery{}, errs
 	}
 	return lq, nil
-}
-
-// problemOf is the short sentence of a lockapi validation error.
-func problemOf(err error) string {
-	const prefix = "invalid value: "
-	msg := err.Error()
-	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		return msg[len(prefix):]
-	}
-	return msg
 }
