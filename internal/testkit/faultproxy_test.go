@@ -139,6 +139,10 @@ func TestFaultProxyStall(t *testing.T) {
 	target, _ := echoServer(t)
 	p := testkit.FaultProxy(t, target)
 	c, r := dial(t, p.Addr())
+	// A round trip first: the proxy relays c before Stall is called (a dial
+	// returns when the kernel accepts, before the proxy has taken the connection).
+	send(t, c, "relayed")
+	expect(t, c, r, "echo: relayed")
 	p.Stall()
 	expectClosed(t, c, r)
 	c2, r2 := dial(t, p.Addr())
