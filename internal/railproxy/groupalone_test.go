@@ -24,14 +24,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 		}
 	}
 	releaseX := heldRow(t, pool, "acct-x")
-	creating, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = creating.Rollback(ctx) }()
-	if _, err := creating.Exec(ctx, `INSERT INTO rail_high_water (account_id, highest_token, updated_at) VALUES ('acct-new', 1, now())`); err != nil {
-		t.Fatal(err)
-	}
+	releaseNew := creatingRow(t, pool, "acct-new")
 
 	subs := []Submission{mk("p-x1", "acct-x", 11), mk("p-y1", "acct-y", 11), mk("p-n1", "acct-new", 3),
 		mk("p-x2", "acct-x", 12), mk("p-y2", "acct-y", 9), mk("p-w1", "acct-w", 1)}
@@ -87,9 +80,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 
 	// Released: admitted alone, in arrival order, with one by one's verdicts.
 	releaseX()
-	if err := creating.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	releaseNew()
 	for _, c := range []struct {
 		sub  Submission
 		v    Verdict

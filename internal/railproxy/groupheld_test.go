@@ -32,22 +32,8 @@ func TestGroupCommitsOthersWhileAMarkRowIsHeld(t *testing.T) {
 		}
 	}
 
-	holdX, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holdX.Rollback(ctx) }()
-	if _, err := holdX.Exec(ctx, `SELECT highest_token FROM rail_high_water WHERE account_id = 'acct-x' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	creating, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = creating.Rollback(ctx) }()
-	if _, err := creating.Exec(ctx, `INSERT INTO rail_high_water (account_id, highest_token, updated_at) VALUES ('acct-new', 1, now())`); err != nil {
-		t.Fatal(err)
-	}
+	releaseX := heldRow(t, pool, "acct-x")
+	releaseNew := creatingRow(t, pool, "acct-new")
 
 	subs := []Submission{
 		mk("p-y1", "acct-y", 11),  // admitted
@@ -95,12 +81,8 @@ func TestGroupCommitsOthersWhileAMarkRowIsHeld(t *testing.T) {
 	}
 
 	// Released: the held members are admitted with one by one's verdicts.
-	if err := holdX.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := creating.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	releaseX()
+	releaseNew()
 	var got []MemberResult
 	select {
 	case r := <-done:
@@ -125,18 +107,35 @@ func TestGroupCommitsOthersWhileAMarkRowIsHeld(t *testing.T) {
 	}
 }
 
-// heldRow holds acct's mark row in an open transaction on pool's connection
-// until release is called (which the test's cleanup also does).
-func heldRow(t *testing.T, pool interface {
+// heldRow holds acct's mark row (SELECT … FOR UPDATE) in a transaction of its
+// own, as a replica paused between its statement and its COMMIT does, until
+// release (or the test's end).
+func heldRow(t *testing.T, pool beginner, acct string) (release func()) {
+	t.Helper()
+	return openTx(t, pool, `SELECT highest_token FROM rail_high_water WHERE account_id = $1 FOR UPDATE`, acct)
+}
+
+// creatingRow inserts acct's mark row in a transaction of its own and leaves it
+// uncommitted, as a replica creating the account does, until release (or the
+// test's end).
+func creatingRow(t *testing.T, pool beginner, acct string) (release func()) {
+	t.Helper()
+	return openTx(t, pool, `INSERT INTO rail_high_water (account_id, highest_token, updated_at) VALUES ($1, 1, now())`, acct)
+}
+
+type beginner interface {
 	Begin(context.Context) (pgx.Tx, error)
-}, acct string) (release func()) {
+}
+
+// openTx runs sql in a transaction it leaves open; release rolls it back.
+func openTx(t *testing.T, pool beginner, sql string, args ...any) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT highest_token FROM rail_high_water WHERE account_id = $1 FOR UPDATE`, acct); err != nil {
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		_ = tx.Rollback(ctx)
 		t.Fatal(err)
 	}
