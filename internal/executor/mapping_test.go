@@ -202,18 +202,7 @@ func TestVerdictForResentAnswer(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(tc.proxy)
-			defer srv.Close()
-			e := newTestExecutor(t, srv.URL)
-			p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			a := e.proxy.resubmit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
-				AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
-			if !a.resent {
-				t.Fatal("the resend's answer is not marked as such")
-			}
-			v := e.verdict(ctx, p, token, a)
+			v := verdictOn(t, tc.proxy, token, true)
 			if v.result != tc.result {
 				t.Errorf("counted as %q, want %q (%s)", v.result, tc.result, v.why)
 			}
@@ -231,13 +220,28 @@ func TestVerdictForResentAnswer(t *testing.T) {
 // rail-proxy is proxy, and returns the executor's verdict on the answer.
 func verdictAgainst(t *testing.T, proxy http.Handler, token int64) verdict {
 	t.Helper()
+	return verdictOn(t, proxy, token, false)
+}
+
+// verdictOn is verdictAgainst for a first submission or, with resend, for the
+// reconcile pass's resend (whose answer must be marked as one).
+func verdictOn(t *testing.T, proxy http.Handler, token int64, resend bool) verdict {
+	t.Helper()
 	srv := httptest.NewServer(proxy)
 	defer srv.Close()
 	e := newTestExecutor(t, srv.URL)
 	p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	a := e.proxy.submit(ctx, lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
-		AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}, token, "exec-a")
+	req := lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
+		AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary}
+	send := e.proxy.submit
+	if resend {
+		send = e.proxy.resubmit
+	}
+	a := send(ctx, req, token, "exec-a")
+	if resend && !a.resent {
+		t.Fatal("the resend's answer is not marked as such")
+	}
 	return e.verdict(ctx, p, token, a)
 }
