@@ -28,16 +28,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 
 	subs := []Submission{mk("p-x1", "acct-x", 11), mk("p-y1", "acct-y", 11), mk("p-n1", "acct-new", 3),
 		mk("p-x2", "acct-x", 12), mk("p-y2", "acct-y", 9), mk("p-w1", "acct-w", 1)}
-	// A bound no test machine reaches: on a statement that waits for the held
-	// rows it runs out, and the test fails on the verdicts, not by hanging.
-	gctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	conn, err := store.acquire(gctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, fellBack := store.admitGroupConn(gctx, conn, subs, true, time.Minute)
-	conn.release()
-	cancel()
+	res, fellBack := groupStatement(t, store, subs)
 	if fellBack != nil {
 		t.Errorf("the group fell back: %v", fellBack)
 	}
@@ -63,14 +54,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 	}
 
 	// A group of one.
-	conn, err = store.acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gctx, cancel = context.WithTimeout(ctx, 20*time.Second)
-	one, fellBack := store.admitGroupConn(gctx, conn, []Submission{mk("p-x3", "acct-x", 13)}, true, time.Minute)
-	cancel()
-	conn.release()
+	one, fellBack := groupStatement(t, store, []Submission{mk("p-x3", "acct-x", 13)})
 	if fellBack != nil || len(one) != 1 || !one[0].Alone {
 		t.Errorf("a group of one whose row is held: %+v %v, want Alone", one, fellBack)
 	}
@@ -118,14 +102,7 @@ func TestGroupWithAHeldPayoutLeavesEveryMemberAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	subs := []Submission{mk("p-y1", "acct-y", 1), mk("p-shared", "acct-k", 1), mk("p-z1", "acct-z", 1)}
-	gctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	conn, err := store.acquire(gctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, fellBack := store.admitGroupConn(gctx, conn, subs, true, time.Minute)
-	conn.release()
-	cancel()
+	res, fellBack := groupStatement(t, store, subs)
 	if !lockNotAvailable(fellBack) {
 		t.Errorf("fell back for %v, want lock_not_available", fellBack)
 	}
@@ -146,4 +123,19 @@ func TestGroupWithAHeldPayoutLeavesEveryMemberAlone(t *testing.T) {
 			t.Errorf("member %d alone: %+v %v, want verdict %d", i, a, err, v)
 		}
 	}
+}
+
+// groupStatement runs the group statement once for subs, on a connection of its
+// own, within a bound no test machine reaches: a statement that waits for a held
+// row runs out, and the test fails on the verdicts, not by hanging.
+func groupStatement(t *testing.T, store *Store, subs []Submission) ([]MemberResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := store.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.release()
+	return store.admitGroupConn(ctx, conn, subs, true, time.Minute)
 }
