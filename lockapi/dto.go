@@ -26,6 +26,9 @@ const (
 	OutcomeRejected  = "REJECTED"
 	OutcomeTimeout   = "TIMEOUT"
 	OutcomeUnsent    = "UNSENT"
+	// OutcomeUnbooked: the books do not hold the submission as presented
+	// (docs/contracts/books.md); resolved at once, never forwardable.
+	OutcomeUnbooked = "UNBOOKED"
 )
 
 // Payout statuses (docs/contracts/database.md).

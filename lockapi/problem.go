@@ -31,6 +31,16 @@ const (
 	// docs/contracts/reconciliation.md).
 	CodeUnauthorized  = "UNAUTHORIZED"
 	CodeGrantRejected = "GRANT_REJECTED"
+	// CodeNotInBooks: rail-proxy refused a submission the books do not hold claimed
+	// by this token and owner, as booked (docs/contracts/books.md); member
+	// mismatch names the first check that failed, in BooksMismatchOrder.
+	CodeNotInBooks = "NOT_IN_BOOKS"
+	// CodeOutcomeNotRecorded: payment-resource refused to post an outcome the audit
+	// trail does not record (docs/contracts/books.md).
+	CodeOutcomeNotRecorded = "OUTCOME_NOT_RECORDED"
+	// CodeSettleContradictsStatement: payment-resource refused a settle the
+	// statement copy contradicts (docs/contracts/books.md).
+	CodeSettleContradictsStatement = "SETTLE_CONTRADICTS_STATEMENT"
 )
 
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
@@ -57,6 +67,10 @@ var codes = map[string]codeAnswer{
 	CodePayoutFinal:         answer(http.StatusConflict, CodePayoutFinal, "Payout final"),
 	CodeUnauthorized:        answer(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized"),
 	CodeGrantRejected:       answer(http.StatusUnauthorized, CodeGrantRejected, "Grant rejected"),
+	CodeNotInBooks:          answer(http.StatusConflict, CodeNotInBooks, "Not in the books"),
+	CodeOutcomeNotRecorded:  answer(http.StatusConflict, CodeOutcomeNotRecorded, "Outcome not recorded"),
+	CodeSettleContradictsStatement: answer(http.StatusConflict, CodeSettleContradictsStatement,
+		"Settle contradicts the statement"),
 }
 
 // codeAnswer is what a code is answered with besides its detail and members.

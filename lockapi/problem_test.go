@@ -14,24 +14,27 @@ import (
 // contractStatus is the status each code is answered with, as the contract pages
 // give it: docs/contracts/README.md and each service's page (rail-proxy.md,
 // lock-service.md, payments.md, reconciliation.md for settle's UNAUTHORIZED,
-// signed-grants.md for GRANT_REJECTED).
+// signed-grants.md for GRANT_REJECTED, books.md for the books' three).
 var contractStatus = map[string]int{
-	"INVALID_REQUEST":      400, // 413 and 415 through WriteInvalid
-	"NOT_FOUND":            404,
-	"METHOD_NOT_ALLOWED":   405,
-	"INTERNAL":             500,
-	"UNAVAILABLE":          503,
-	"FENCED_OUT":           409,
-	"DUPLICATE_SUBMISSION": 409,
-	"RAIL_REJECTED":        422,
-	"RAIL_AMBIGUOUS":       409,
-	"RAIL_UNAVAILABLE":     503,
-	"LOCK_HELD":            409,
-	"LEASE_LOST":           409,
-	"PAYOUT_CONFLICT":      409,
-	"PAYOUT_FINAL":         409,
-	"UNAUTHORIZED":         401,
-	"GRANT_REJECTED":       401,
+	"INVALID_REQUEST":              400, // 413 and 415 through WriteInvalid
+	"NOT_FOUND":                    404,
+	"METHOD_NOT_ALLOWED":           405,
+	"INTERNAL":                     500,
+	"UNAVAILABLE":                  503,
+	"FENCED_OUT":                   409,
+	"DUPLICATE_SUBMISSION":         409,
+	"RAIL_REJECTED":                422,
+	"RAIL_AMBIGUOUS":               409,
+	"RAIL_UNAVAILABLE":             503,
+	"LOCK_HELD":                    409,
+	"LEASE_LOST":                   409,
+	"PAYOUT_CONFLICT":              409,
+	"PAYOUT_FINAL":                 409,
+	"UNAUTHORIZED":                 401,
+	"GRANT_REJECTED":               401,
+	"NOT_IN_BOOKS":                 409,
+	"OUTCOME_NOT_RECORDED":         409,
+	"SETTLE_CONTRADICTS_STATEMENT": 409,
 }
 
 // codeConstants reads every Code* constant declared in problem.go, so that a code

@@ -48,7 +48,7 @@ func TestMigrateConcurrentAndSideBySide(t *testing.T) {
 			t.Fatalf("%s: Check after migrate: %v", tree.Database, err)
 		}
 	}
-	for _, table := range []string{"rail_high_water", "rail_submission", "payout", "ledger_entry", "rail_statement_line", "reconciliation_exception", "reconciler_cursor", "payout_settlement", "lock_lease", "lock_grant", "goose_paydb_version", "goose_lockdb_version"} {
+	for _, table := range []string{"rail_high_water", "rail_submission", "payout", "ledger_entry", "rail_statement_line", "reconciliation_exception", "reconciler_cursor", "payout_settlement", "payout_history", "lock_lease", "lock_grant", "goose_paydb_version", "goose_lockdb_version"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing after migrate (err %v)", table, err)

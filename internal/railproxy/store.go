@@ -31,11 +31,12 @@ type Submission struct {
 // Verdict is what the admission transaction decided.
 type Verdict int
 
-// The three verdicts of steps 1–3.
+// The verdicts of steps 1–3.
 const (
 	Admitted  Verdict = iota + 1 // intent committed with outcome NULL: forward it
 	Fenced                       // FENCED row committed: token ≤ mark
 	Duplicate                    // DUPLICATE row committed: the payout has a forwardable row
+	Unbooked                     // UNBOOKED row committed: the books refused it (Admission.Mismatch says why)
 )
 
 // Attempt is the part of a rail_submission row an answer describes.
@@ -58,6 +59,7 @@ type Admission struct {
 	PassedFence  bool     // the upsert returned its row (false with fencing off means admitted anyway)
 	HighestToken int64    // Fenced: the mark that refused the token, read under its row lock
 	First        *Attempt // Duplicate: the payout's forwardable row (nil only if it vanished, see firstAttempt)
+	Mismatch     string   // Unbooked: the first books check that failed (lockapi.BooksMismatchOrder)
 }
 
 // CommitError is a failed admission transaction: paydb could not take the attempt
