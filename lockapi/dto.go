@@ -69,6 +69,9 @@ type Submission struct {
 	SubmissionID   int64      `json:"submissionId"`
 	PayoutID       string     `json:"payoutId"`
 	AccountID      string     `json:"accountId"`
+	AmountMinor    int64      `json:"amountMinor"`
+	Currency       string     `json:"currency"`
+	Beneficiary    string     `json:"beneficiary"`
 	PresentedToken int64      `json:"presentedToken"`
 	OwnerID        string     `json:"ownerId"`
 	Outcome        *string    `json:"outcome"`
