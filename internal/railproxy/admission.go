@@ -51,6 +51,10 @@ type admitter struct {
 	metrics *metrics
 	logger  *slog.Logger
 	fencing bool
+	// books is RAIL_PROXY_BOOKS_CHECK: a submission is admitted only when the
+	// payout row holds it claimed by this token and owner, as booked
+	// (docs/contracts/books.md). Off, the admission is the one before the books.
+	books bool
 	// interruptAfter is this replica's RAIL_PROXY_INTERRUPTED_AFTER: every intent
 	// it admits carries interrupt_at = submitted_at + interruptAfter, and a
 	// resolving write it could not make is retried until shortly before then.

@@ -57,6 +57,12 @@ type Config struct {
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
 	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+	// BooksCheck is RAIL_PROXY_BOOKS_CHECK: a submission is admitted only when
+	// payment-resource's payout row (same paydb) holds it claimed by this token and
+	// owner, with the same account, amount, currency and beneficiary
+	// (docs/contracts/books.md). Off only for a gate whose callers' books live in
+	// another database.
+	BooksCheck bool
 	// RailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT: how long a rail connection
 	// may sit idle in the pool; 0 disables reuse (a new connection per call).
 	RailIdleConnTimeout time.Duration
@@ -97,6 +103,7 @@ func DefaultConfig() Config {
 		RailConnectTimeout: time.Second,
 		RailReadTimeout:    2 * time.Second,
 		FencingEnabled:     true,
+		BooksCheck:         true,
 		InterruptedAfter:   60 * time.Second,
 
 		RailIdleConnTimeout: DefaultRailIdleConnTimeout,
@@ -202,6 +209,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
 		s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
 		s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")
+		s.Bool(&cfg.BooksCheck, "RAIL_PROXY_BOOKS_CHECK", def.BooksCheck, "admit only a payout the books (paydb's payout table) hold claimed by this token and owner, as booked (false only for a gate whose callers' books live in another database; logged at ERROR)")
 		s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
 		s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")

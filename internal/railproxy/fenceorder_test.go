@@ -49,7 +49,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		// The account has a mark of 10; the admission below presents 11, which
 		// passes in both modes.
 		if _, err := store.Admit(ctx, Submission{PayoutID: account + "-p0", AccountID: account, Token: 10,
-			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute); err != nil {
+			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := db.Begin(ctx)
@@ -65,7 +65,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		go func() {
 			var err error
 			adm, err = store.Admit(ctx, Submission{PayoutID: account + "-p1", AccountID: account, Token: 11,
-				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute)
+				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute)
 			done <- err
 		}()
 		// Wait until the admission statement is blocked on a lock.
@@ -93,7 +93,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 	// Fencing on still refuses an equal token; fencing off admits it.
 	for _, fencing := range []bool{true, false} {
 		adm, err := store.Admit(ctx, Submission{PayoutID: "acct-order-on-p-eq-" + map[bool]string{true: "on", false: "off"}[fencing],
-			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, time.Minute)
+			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute)
 		var ce *CommitError
 		if errors.As(err, &ce) || err != nil {
 			t.Fatal(err)

@@ -96,7 +96,7 @@ func (a *admitter) grouped() bool { return a.groups != nil && a.groups.maxGroup 
 func (a *admitter) admit(ctx context.Context, sub Submission) (Admission, error) {
 	if !a.grouped() {
 		a.metrics.groupSize.Observe(1)
-		return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
+		return a.store.Admit(ctx, sub, a.fencing, a.books, a.interruptAfter)
 	}
 	g := a.groups
 	w := &admitWait{item: sub, deadline: deadlineOr(ctx, AdmissionBound), done: make(chan MemberResult, 1)}
@@ -146,7 +146,7 @@ func (a *admitter) admitAlone(ctx context.Context, sub Submission) (Admission, e
 		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for its turn to be admitted alone: %w", err)}
 	}
 	defer leave()
-	return a.store.Admit(ctx, sub, a.fencing, a.interruptAfter)
+	return a.store.Admit(ctx, sub, a.fencing, a.books, a.interruptAfter)
 }
 
 // enterAlone waits, within ctx, for account's turn and a free slot among

@@ -167,7 +167,7 @@ func runHistoryHolding(t *testing.T, h []histEvent, size int, fencing bool, hold
 				decided = append(decided, histEvent{sub: &sub})
 			}
 			for _, i := range alone {
-				a, err := store.Admit(ctx, pending[i], fencing, time.Minute)
+				a, err := store.Admit(ctx, pending[i], fencing, false, time.Minute)
 				if err != nil {
 					t.Fatalf("group member %d (%+v) alone: %v", i, pending[i], err)
 				}
@@ -192,7 +192,7 @@ func runHistoryHolding(t *testing.T, h []histEvent, size int, fencing bool, hold
 			continue
 		}
 		if size == 0 {
-			a, err := store.Admit(ctx, *e.sub, fencing, time.Minute)
+			a, err := store.Admit(ctx, *e.sub, fencing, false, time.Minute)
 			if err != nil {
 				t.Fatalf("event %d (%+v): %v", i, *e.sub, err)
 			}
@@ -426,7 +426,7 @@ func TestResolveGroupReportsRowsItDidNotChange(t *testing.T) {
 	var ids []int64
 	for i := range 3 {
 		a, err := store.Admit(ctx, Submission{PayoutID: fmt.Sprintf("p%d", i), AccountID: "a", Token: int64(i + 1),
-			OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, true, time.Minute)
+			OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, true, false, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

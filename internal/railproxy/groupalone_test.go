@@ -19,7 +19,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 	store, pool := groupTestStore(t)
 	mk := groupTestSub
 	for _, acct := range []string{"acct-x", "acct-y"} {
-		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, time.Minute); err != nil {
+		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, false, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,7 +70,7 @@ func TestGroupLeavesHeldAccountsAlone(t *testing.T) {
 		v    Verdict
 		mark int64
 	}{{subs[0], Admitted, 0}, {subs[2], Admitted, 0}, {subs[3], Admitted, 0}, {mk("p-x3", "acct-x", 13), Admitted, 0}} {
-		a, err := store.Admit(ctx, c.sub, true, time.Minute)
+		a, err := store.Admit(ctx, c.sub, true, false, time.Minute)
 		if err != nil || a.Verdict != c.v || a.HighestToken != c.mark {
 			t.Errorf("%s alone: %+v %v, want verdict %d", c.sub.PayoutID, a, err, c.v)
 		}
@@ -118,7 +118,7 @@ func TestGroupWithAHeldPayoutLeavesEveryMemberAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, v := range []Verdict{Admitted, Duplicate, Admitted} {
-		a, err := store.Admit(ctx, subs[i], true, time.Minute)
+		a, err := store.Admit(ctx, subs[i], true, false, time.Minute)
 		if err != nil || a.Verdict != v {
 			t.Errorf("member %d alone: %+v %v, want verdict %d", i, a, err, v)
 		}

@@ -27,7 +27,7 @@ func TestGroupCommitsOthersWhileAMarkRowIsHeld(t *testing.T) {
 	store, pool := groupTestStore(t)
 	mk := groupTestSub
 	for _, acct := range []string{"acct-x", "acct-y", "acct-z"} {
-		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, time.Minute); err != nil {
+		if _, err := store.Admit(ctx, mk("seed-"+acct, acct, 10), true, false, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}

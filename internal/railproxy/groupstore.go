@@ -80,7 +80,7 @@ func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing bool,
 	conn.release()
 	for i := range out {
 		if out[i].Alone {
-			a, err := s.Admit(ctx, subs[i], fencing, interruptAfter)
+			a, err := s.Admit(ctx, subs[i], fencing, false, interruptAfter)
 			out[i] = MemberResult{Admission: a, Err: err}
 		}
 	}
@@ -125,7 +125,7 @@ func allAlone(n int) []MemberResult {
 // take work) fails every member: nothing was written.
 func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
 	if len(subs) == 1 {
-		a, err := admitOn(ctx, conn, subs[0], fencing, interruptAfter, true)
+		a, err := admitOn(ctx, conn, subs[0], fencing, false, interruptAfter, true)
 		if lockNotAvailable(err) {
 			return allAlone(1), nil
 		}

@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rail := newRailClient(cfg)
 		defer rail.close()
 		a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled,
-			interruptAfter: cfg.InterruptedAfter, groups: newGroups(cfg.MaxGroup), hooks: cfg.hooks}
+			books: cfg.BooksCheck, interruptAfter: cfg.InterruptedAfter, groups: newGroups(cfg.MaxGroup), hooks: cfg.hooks}
 
 		// Rows left unresolved by a proxy that died are resolved at start-up, then
 		// swept again every interval.

@@ -46,6 +46,13 @@ type Attempt struct {
 	Outcome       *string // nil while unresolved
 	RailReference *string
 	DeclineReason *string
+	// What the attempt presented (filled by firstAttempt, for a DUPLICATE
+	// answer's first* members): the executor adopts the first outcome only when
+	// these equal its payout's (docs/contracts/books.md).
+	AccountID   string
+	AmountMinor int64
+	Currency    string
+	Beneficiary string
 	// InTime: resolved before its interrupt_at, so not by a janitor, which only
 	// resolves rows past it (read by Store.Attempt only).
 	InTime bool
@@ -180,14 +187,16 @@ const markSQL = `SELECT highest_token FROM rail_high_water WHERE account_id = $1
 // firstSQL reads the payout's forwardable row, the one the unique index holds.
 // Its predicate is the index's, so the index serves it.
 const firstSQL = `
-SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason,
+       account_id, amount_minor, currency, beneficiary
   FROM rail_submission
  WHERE payout_id = $1 AND (outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT'))`
 
 // firstUnsentSQL is the fallback when the forwardable row that made us a
 // DUPLICATE was resolved UNSENT (its dial failed) between our insert and firstSQL.
 const firstUnsentSQL = `
-SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
+SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason,
+       account_id, amount_minor, currency, beneficiary
   FROM rail_submission
  WHERE payout_id = $1 AND outcome = 'UNSENT'
  ORDER BY submission_id DESC LIMIT 1`
@@ -201,20 +210,20 @@ SELECT submission_id, submitted_at, outcome, rail_reference, decline_reason
 // ctx bounds everything, waiting for a pool connection included. interruptAfter
 // is this replica's RAIL_PROXY_INTERRUPTED_AFTER, from which the intent's
 // interrupt_at is set. Errors are *CommitError.
-func (s *Store) Admit(ctx context.Context, sub Submission, fencing bool, interruptAfter time.Duration) (Admission, error) {
+func (s *Store) Admit(ctx context.Context, sub Submission, fencing, books bool, interruptAfter time.Duration) (Admission, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return Admission{}, &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)}
 	}
 	defer conn.Release()
-	return admitOn(ctx, conn, sub, fencing, interruptAfter, false)
+	return admitOn(ctx, conn, sub, fencing, books, interruptAfter, false)
 }
 
 // admitOn is Admit on a connection the caller holds. With skipHeld (the group
 // worker's group of one, groupstore.go) the transaction waits at most
 // lock_timeout for the account's mark row: a row another transaction holds
 // fails the statement with lock_not_available instead of stalling the worker.
-func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing bool, interruptAfter time.Duration, skipHeld bool) (Admission, error) {
+func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing, books bool, interruptAfter time.Duration, skipHeld bool) (Admission, error) {
 	inTx := false
 	fail := func(err error) (Admission, error) {
 		if inTx {
@@ -313,7 +322,8 @@ func commit(ctx context.Context, conn *pgxpool.Conn) *CommitError {
 func firstAttempt(ctx context.Context, conn *pgxpool.Conn, payoutID string) (*Attempt, error) {
 	for _, q := range []string{firstSQL, firstUnsentSQL} {
 		var f Attempt
-		err := conn.QueryRow(ctx, q, payoutID).Scan(&f.SubmissionID, &f.SubmittedAt, &f.Outcome, &f.RailReference, &f.DeclineReason)
+		err := conn.QueryRow(ctx, q, payoutID).Scan(&f.SubmissionID, &f.SubmittedAt, &f.Outcome, &f.RailReference, &f.DeclineReason,
+			&f.AccountID, &f.AmountMinor, &f.Currency, &f.Beneficiary)
 		if err == nil {
 			return &f, nil
 		}
