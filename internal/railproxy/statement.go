@@ -56,7 +56,7 @@ func newStatementMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 }
 
 // statementReader reads the rail's call log (rail-stub: GET /rail/v1/calls) and
-// maps it to statement lines, field for field.
+// maps it to statement lines, field for field, the beneficiary included.
 type statementReader struct {
 	callsURL    string
 	http        *http.Client
@@ -102,8 +102,10 @@ func (s *statementReader) serve(w http.ResponseWriter, r *http.Request) {
 
 // read fetches one page from the rail. A reply that is not a well-formed page —
 // seqs not strictly increasing from after, more lines than asked, a result other
-// than ACCEPTED or DECLINED — is an error: a reconciler must never import a
-// statement it had to guess at.
+// than ACCEPTED or DECLINED, a call without its reference, account, currency or
+// beneficiary — is an error: a reconciler must never import a statement it had to
+// guess at. The text itself is passed on as the rail gave it; whether paydb can
+// store it is the reconciler's judgement (docs/contracts/reconciliation.md).
 func (s *statementReader) read(ctx context.Context, after int64, limit int) (lockapi.Statement, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.readTimeout)
 	defer cancel()
@@ -148,8 +150,8 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 			return lockapi.Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", c.Seq, prev)
 		case c.Result != lockapi.ResultAccepted && c.Result != lockapi.ResultDeclined:
 			return lockapi.Statement{}, fmt.Errorf("call %d has result %q, neither ACCEPTED nor DECLINED", c.Seq, c.Result)
-		case c.Reference == "" || c.AccountID == "" || c.Currency == "":
-			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account or currency", c.Seq)
+		case c.Reference == "" || c.AccountID == "" || c.Currency == "" || c.Beneficiary == "":
+			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account, currency or beneficiary", c.Seq)
 		}
 		prev = c.Seq
 		st.Lines = append(st.Lines, c.Line())

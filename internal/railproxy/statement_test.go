@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/railstub"
 	"lock.dev/lockapi"
 )
 
@@ -43,13 +44,13 @@ func getStatement(t testing.TB, p *proxy, query string) (int, lockapi.Statement,
 		for k := range l {
 			keys = append(keys, k)
 		}
-		for _, k := range []string{"beneficiary", "latencyMs", "dropped", "reason"} {
+		for _, k := range []string{"latencyMs", "dropped", "reason"} {
 			if _, ok := l[k]; ok {
 				t.Fatalf("statement line carries %q, not a statement field: %s", k, b)
 			}
 		}
-		if len(l) != 9 {
-			t.Fatalf("statement line has members %v, want the nine of docs/contracts/reconciliation.md", keys)
+		if _, ok := l["beneficiary"].(string); !ok || len(l) != 10 {
+			t.Fatalf("statement line has members %v, want the ten of docs/contracts/reconciliation.md, beneficiary a string", keys)
 		}
 	}
 	var st lockapi.Statement
@@ -63,24 +64,25 @@ func getStatement(t testing.TB, p *proxy, query string) (int, lockapi.Statement,
 }
 
 // The statement is the rail's call log mapped field for field (reason becomes
-// declineReason; beneficiary, latencyMs and dropped are left out), in the rail's
-// order; a full page names the seq to read after, a short one says null; each read
-// of the rail is counted.
+// declineReason; the beneficiary is carried exactly as the rail was presented it;
+// latencyMs and dropped are left out), in the rail's order; a full page names the
+// seq to read after, a short one says null; each read of the rail is counted. The
+// calls are made on the rail directly: the statement is what the rail was
+// presented, whoever presented it.
 func TestStatementIsTheRailsCallLog(t *testing.T) {
 	t.Parallel()
 	st := startStub(t, 0)
 	p := startProxy(t, testConfig(pgtest.PaydbURL(t), st.URL))
-	if a := submit(t, p.URL, 1, newPayout("p-1", "acct-1")); a.Status != http.StatusOK {
-		t.Fatalf("submit p-1: %d %v", a.Status, a.Body)
+	pay := func(ref, beneficiary string) {
+		t.Helper()
+		_, _ = st.Client.Pay(t.Context(), railstub.PaymentRequest{Reference: ref, AccountID: "acct-1", AmountMinor: 100,
+			Currency: "EUR", Beneficiary: beneficiary}) // the call is booked whatever the reply (a dropped one has none)
 	}
+	pay("p-1", "NL91ABNA0417164300")
 	st.chaos(t, 0, 1, 0)
-	if a := submit(t, p.URL, 2, newPayout("p-2", "acct-1")); a.Status != http.StatusUnprocessableEntity {
-		t.Fatalf("submit p-2: %d %v", a.Status, a.Body)
-	}
+	pay("p-2", "nl91 abna 0417 1643 00") // as written, spaces and case kept
 	st.chaos(t, 0, 0, 1)
-	if a := submit(t, p.URL, 3, newPayout("p-3", "acct-1")); a.Status != http.StatusConflict {
-		t.Fatalf("submit p-3: %d %v", a.Status, a.Body)
-	}
+	pay("p-3", "DE89 3704 0044 0532 0130 00")
 	calls := st.calls(t)
 	if len(calls) != 3 {
 		t.Fatalf("%d calls, want 3", len(calls))
@@ -93,7 +95,7 @@ func TestStatementIsTheRailsCallLog(t *testing.T) {
 	for i, c := range calls {
 		l := all.Lines[i]
 		want := lockapi.StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt.UTC(), Reference: c.Reference, AccountID: c.AccountID,
-			AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result}
+			AmountMinor: c.AmountMinor, Currency: c.Currency, Beneficiary: c.Beneficiary, Result: c.Result}
 		if c.RailReference != "" {
 			want.RailReference = &c.RailReference
 		}
@@ -106,6 +108,11 @@ func TestStatementIsTheRailsCallLog(t *testing.T) {
 	}
 	if all.Lines[1].DeclineReason == nil || all.Lines[1].RailReference != nil || all.Lines[0].DeclineReason != nil {
 		t.Fatalf("decline reason and rail reference not where they belong: %+v", all.Lines)
+	}
+	for i, b := range []string{"NL91ABNA0417164300", "nl91 abna 0417 1643 00", "DE89 3704 0044 0532 0130 00"} {
+		if all.Lines[i].Beneficiary != b {
+			t.Fatalf("line %d carries beneficiary %q, the rail was presented %q", i, all.Lines[i].Beneficiary, b)
+		}
 	}
 
 	status, first, _ := getStatement(t, p, "?limit=2")
@@ -176,8 +183,9 @@ func TestStatementBadQueryReadsNothing(t *testing.T) {
 	}
 }
 
-// A rail that refuses the connection, one that accepts it and never answers, and
-// one that answers with something that is not a well-formed page: 503
+// A rail that refuses the connection, one that accepts it and never answers, one
+// that answers with something that is not a well-formed page, and one whose page
+// has a call without its beneficiary: 503
 // RAIL_UNAVAILABLE, stage statement, within the read bound, counted as errors.
 func TestStatementRailUnavailable(t *testing.T) {
 	t.Parallel()
@@ -222,7 +230,17 @@ func TestStatementRailUnavailable(t *testing.T) {
 	}))
 	t.Cleanup(garbled.Close)
 
-	for name, rail := range map[string]string{"refused": closedURL, "silent": "http://" + silent.Addr().String(), "garbled": garbled.URL} {
+	// A page well formed but for a call without its beneficiary: the statement
+	// would not say whom the rail paid.
+	noBeneficiary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"calls":[{"seq":1,"receivedAt":"2026-01-02T03:04:05Z","result":"ACCEPTED","reference":"p","accountId":"a","amountMinor":1,"currency":"EUR","beneficiary":"NL91ABNA0417164300","railReference":"RS-1","reason":null},` +
+			`{"seq":2,"receivedAt":"2026-01-02T03:04:05Z","result":"ACCEPTED","reference":"q","accountId":"a","amountMinor":1,"currency":"EUR","railReference":"RS-2","reason":null}]}`))
+	}))
+	t.Cleanup(noBeneficiary.Close)
+
+	for name, rail := range map[string]string{"refused": closedURL, "silent": "http://" + silent.Addr().String(), "garbled": garbled.URL,
+		"no beneficiary": noBeneficiary.URL} {
 		cfg := testConfig(paydb, rail)
 		cfg.RailReadTimeout = 300 * time.Millisecond
 		p := startProxy(t, cfg)
