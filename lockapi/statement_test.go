@@ -56,7 +56,7 @@ func TestSameBeneficiary(t *testing.T) {
 		{"NL91ABNA0417164300", "NL91ABNA041716430", false},
 		{"NL91ABNA0417164300", "NL91-ABNA-0417-1643-00", false},
 		{"NL91ABNA0417164300", "NL91\u00a0ABNA0417164300", false}, // a no-break space is not a space here
-		{"ÉCOLE", "école", false},                                  // only ASCII letters fold
+		{"ÉCOLE", "école", false},                                 // only ASCII letters fold
 		{"", "   ", true},
 	} {
 		if got := SameBeneficiary(c.a, c.b); got != c.same {
