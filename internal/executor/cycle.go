@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -177,6 +178,11 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 	v := e.verdict(ctx, p, token, ans)
 	e.m.count(v.result)
 	e.logVerdict(p, token, ans, v, time.Since(start))
+	if v.result == resultUnbooked || v.result == resultMismatch {
+		// Reported once, here: this process's reconcile pass leaves the payout
+		// to a person without reporting it again (reconcile.go).
+		e.hold(p.PayoutID, token, false)
+	}
 	if v.post == nil {
 		return
 	}
@@ -285,14 +291,35 @@ func (e *executor) answerVerdict(ctx context.Context, p lockapi.Payout, token in
 			"payoutId", p.PayoutID, "token", token, "error", errText(a.err))
 		return verdict{resultUnavailable, nil, "refused as invalid; nothing was presented"}
 	case answerDuplicate:
-		return e.adoptDuplicate(ctx, p, a)
+		return e.adoptDuplicate(ctx, p, token, a)
+	case answerUnbooked:
+		if lockapi.LeaseMismatch(a.mismatch) {
+			// Another claim owns the payout (re-claimed with a newer token, or
+			// no longer CLAIMED): as FENCED_OUT. The books judge after the fence,
+			// so a resend's NOT_IN_BOOKS is never our own first copy's doing.
+			return verdict{resultFenced, nil, "not in the books (" + a.mismatch + "): another claim owns the payout"}
+		}
+		// Our own payout's fields, as payment-resource gave them at the claim,
+		// are not what the books hold (or the books hold no such payout). Nothing
+		// was presented; nothing is posted, and a person decides.
+		e.log.Error("rail-proxy's books refused this payout as presented: nothing posted, the payout stays CLAIMED for a person",
+			"event", "unbooked_own_payout", "payoutId", p.PayoutID, "accountId", p.AccountID, "token", token,
+			"mismatch", a.mismatch, "beneficiary", lockapi.MaskBeneficiary(p.Beneficiary), "submissionId", derefInt(a.submissionID))
+		return verdict{resultUnbooked, nil, "not in the books (" + a.mismatch + "): the payout's own fields were refused; left CLAIMED for a person"}
 	default:
 		return e.adoptRecorded(ctx, p, token)
 	}
 }
 
-// adoptDuplicate takes over the outcome of the payout's first forwardable attempt.
-func (e *executor) adoptDuplicate(ctx context.Context, p lockapi.Payout, a submitAnswer) verdict {
+// adoptDuplicate takes over the outcome of the payout's first forwardable
+// attempt — only when that attempt presented the payout's own account, amount,
+// currency and beneficiary: an outcome of something else is not this payout's.
+// An answer that does not say what the first attempt presented (an older
+// rail-proxy) is taken as a mismatch: nothing is adopted on trust.
+func (e *executor) adoptDuplicate(ctx context.Context, p lockapi.Payout, token int64, a submitAnswer) verdict {
+	if d := a.first.differs(p); len(d) > 0 {
+		return e.notAdopted(p, token, "duplicate answer", a.firstSubmissionID, a.first, d)
+	}
 	if a.firstOutcome == nil {
 		return verdict{resultDuplicate, nil, "duplicate; the first attempt is still unresolved"}
 	}
@@ -302,8 +329,13 @@ func (e *executor) adoptDuplicate(ctx context.Context, p lockapi.Payout, a submi
 			return verdict{resultDuplicate, paid(*a.firstRailReference), "duplicate; the first attempt was accepted"}
 		}
 		// PAID needs the reference; the audit trail has it.
-		if row := e.forwardableRow(ctx, p.PayoutID); row != nil && row.RailReference != nil &&
-			row.Outcome != nil && *row.Outcome == lockapi.OutcomeAcked {
+		row := e.forwardableRow(ctx, p.PayoutID)
+		if row != nil {
+			if d := presentedBy(row).differs(p); len(d) > 0 {
+				return e.notAdopted(p, token, "audit trail", &row.SubmissionID, presentedBy(row), d)
+			}
+		}
+		if row != nil && row.RailReference != nil && row.Outcome != nil && *row.Outcome == lockapi.OutcomeAcked {
 			return verdict{resultDuplicate, paid(*row.RailReference), "duplicate; the first attempt was accepted"}
 		}
 		return verdict{resultDuplicate, nil, "duplicate; the first attempt was accepted but its reference is unknown"}
@@ -314,6 +346,9 @@ func (e *executor) adoptDuplicate(ctx context.Context, p lockapi.Payout, a submi
 		row := e.forwardableRow(ctx, p.PayoutID)
 		if row == nil {
 			return verdict{resultDuplicate, nil, "duplicate; the first attempt was declined, its reason could not be read (the reconcile pass adopts it)"}
+		}
+		if d := presentedBy(row).differs(p); len(d) > 0 {
+			return e.notAdopted(p, token, "audit trail", &row.SubmissionID, presentedBy(row), d)
 		}
 		return verdict{resultDuplicate, declined(row.DeclineReason), "duplicate; the first attempt was declined"}
 	case lockapi.OutcomeTimeout:
@@ -333,6 +368,9 @@ func (e *executor) adoptRecorded(ctx context.Context, p lockapi.Payout, token in
 		return verdict{resultUnavailable, nil, "no answer, and the audit trail could not be read: " + err.Error()}
 	}
 	if row := forwardable(subs); row != nil {
+		if d := presentedBy(row).differs(p); len(d) > 0 {
+			return e.notAdopted(p, token, "audit trail", &row.SubmissionID, presentedBy(row), d)
+		}
 		if v := adoptRow(row); v.post != nil {
 			return v
 		}
@@ -344,6 +382,30 @@ func (e *executor) adoptRecorded(ctx context.Context, p lockapi.Payout, token in
 		}
 	}
 	return verdict{resultUnavailable, nil, "no answer, and nothing forwardable is on record"}
+}
+
+// notAdopted is the verdict on a first or recorded attempt that presented
+// other fields than payout p's (source says where they were read): whatever
+// became of it is not p's outcome. Nothing is posted; the payout stays CLAIMED
+// for a person, who finds the attempt in the audit trail (docs/contracts/books.md).
+// Beneficiaries are logged masked.
+func (e *executor) notAdopted(p lockapi.Payout, token int64, source string, submissionID *int64, f presented, differs []string) verdict {
+	e.log.Error("an attempt presented this payout with other fields than the books': its outcome is not adopted, the payout stays CLAIMED for a person",
+		"event", "duplicate_mismatch", "payoutId", p.PayoutID, "accountId", p.AccountID, "token", token,
+		"source", source, "submissionId", derefInt(submissionID), "differs", differs,
+		"presentedAccountId", deref(f.accountID), "presentedAmountMinor", derefInt(f.amountMinor),
+		"presentedCurrency", deref(f.currency), "presentedBeneficiary", maskPresent(f.beneficiary),
+		"amountMinor", p.AmountMinor, "currency", p.Currency, "beneficiary", lockapi.MaskBeneficiary(p.Beneficiary))
+	return verdict{resultMismatch, nil, "the " + source + " shows an attempt that presented other fields (" +
+		strings.Join(differs, ", ") + "): not adopted; left CLAIMED for a person"}
+}
+
+// maskPresent masks a reported beneficiary; "" when none was reported.
+func maskPresent(b *string) string {
+	if b == nil {
+		return ""
+	}
+	return lockapi.MaskBeneficiary(*b)
 }
 
 // adoptRow maps a forwardable row's outcome to a post; an unresolved row posts
@@ -399,6 +461,9 @@ func (e *executor) logVerdict(p lockapi.Payout, token int64, a submitAnswer, v v
 	if a.highestToken != nil {
 		attrs = append(attrs, "highestToken", *a.highestToken)
 	}
+	if a.mismatch != "" {
+		attrs = append(attrs, "mismatch", a.mismatch)
+	}
 	if a.err != nil {
 		attrs = append(attrs, "error", a.err.Error())
 	}
@@ -444,6 +509,10 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, gran
 					"attempts", attempt, "confirmedBy", lockapi.CodePayoutFinal)
 				return true
 			}
+			if pr.Code == lockapi.CodeOutcomeNotRecorded {
+				e.postNotRecorded(p, token, req, pr)
+				return false
+			}
 			e.log.Warn("post refused", "event", "post_refused", "payoutId", p.PayoutID, "token", token,
 				"outcome", req.Outcome, "code", pr.Code, "detail", pr.Detail)
 			return false
@@ -458,6 +527,35 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, gran
 	}
 }
 
+// recordedUnresolved is the recorded member of OUTCOME_NOT_RECORDED while the
+// forwardable row has no outcome yet (docs/contracts/books.md).
+const recordedUnresolved = "UNRESOLVED"
+
+// postNotRecorded logs payment-resource's refusal of a post the audit trail
+// does not record (OUTCOME_NOT_RECORDED, docs/contracts/books.md). It is an
+// answer, so it is not tried again: nothing was written, the payout stays
+// CLAIMED, and the reconcile pass adopts what the trail records once it is
+// resolved. "UNRESOLVED" is expected while the rail call or rail-proxy's
+// janitor has yet to resolve the row (WARN); anything else means this
+// executor's reading of the answer and the trail disagree (ERROR).
+func (e *executor) postNotRecorded(p lockapi.Payout, token int64, req lockapi.PostRequest, pr *lockapi.Problem) {
+	var recorded *string
+	if _, err := pr.Member("recorded", &recorded); err != nil {
+		recorded = nil
+	}
+	rec := "null"
+	if recorded != nil {
+		rec = *recorded
+	}
+	level := slog.LevelError
+	if rec == recordedUnresolved {
+		level = slog.LevelWarn
+	}
+	e.log.Log(context.Background(), level, "post refused: the audit trail does not record this outcome; left CLAIMED for the reconcile pass",
+		"event", "post_not_recorded", "payoutId", p.PayoutID, "accountId", p.AccountID, "token", token,
+		"outcome", req.Outcome, "railReference", deref(req.RailReference), "recorded", rec, "detail", pr.Detail)
+}
+
 // landedEarlier reports whether a refusal of a repeated post is the first
 // attempt's success seen again: PAYOUT_FINAL carrying, as payoutStatus, the very
 // outcome posted.
@@ -468,6 +566,13 @@ func landedEarlier(pr *lockapi.Problem, req lockapi.PostRequest) bool {
 	var status string
 	ok, err := pr.Member("payoutStatus", &status)
 	return ok && err == nil && status == req.Outcome
+}
+
+func derefInt(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }
 
 func deref(s *string) string {

@@ -46,8 +46,10 @@ type executor struct {
 
 	mu   sync.Mutex
 	busy map[string]bool // accounts a goroutine of this process is working on
-	rnd  *rand.Rand      // the pause draw
-	seed int64           // rnd's seed, logged so a run can be repeated
+	// person: payouts this process found waiting for a person (reconcile.go).
+	person map[string]personHold
+	rnd    *rand.Rand // the pause draw
+	seed   int64      // rnd's seed, logged so a run can be repeated
 
 	running atomic.Int32 // workers running
 }
@@ -162,6 +164,7 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
 		payouts:  pc,
 		proxy:    newProxyClient(cfg.RailProxyURL, idle),
 		busy:     map[string]bool{},
+		person:   map[string]personHold{},
 		lockHTTP: lockHTTP,
 	}
 }

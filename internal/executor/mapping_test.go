@@ -47,8 +47,11 @@ func hangUp(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// row is an audit-trail row of payout p-1 that presented p-1's own fields
+// (testPayout), as rail-proxy reports them.
 func row(id, token int64, outcome string, ref, reason string) lockapi.Submission {
-	s := lockapi.Submission{SubmissionID: id, PayoutID: "p-1", AccountID: "acct-1", PresentedToken: token, OwnerID: "someone"}
+	s := lockapi.Submission{SubmissionID: id, PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR",
+		Beneficiary: "NL00BANK0123456789", PresentedToken: token, OwnerID: "someone"}
 	if outcome != "" {
 		s.Outcome = &outcome
 	}
@@ -83,8 +86,7 @@ func TestVerdictForEveryAnswer(t *testing.T) {
 	t.Parallel()
 	const token = 7
 	dupe := func(first any, ref any) http.HandlerFunc {
-		return problemAnswer(409, lockapi.CodeDuplicateSubmission, map[string]any{"submissionId": 9, "firstSubmissionId": 2,
-			"firstSubmittedAt": time.Now().UTC(), "firstOutcome": first, "firstRailReference": ref})
+		return problemAnswer(409, lockapi.CodeDuplicateSubmission, dupeMembers(first, ref, nil))
 	}
 	accepted := func(w http.ResponseWriter, _ *http.Request) {
 		lockapi.WriteJSON(w, 200, lockapi.SubmissionAccepted{SubmissionID: 1, PayoutID: "p-1", AccountID: "acct-1", PresentedToken: token, Outcome: "ACKED", RailReference: "RS-1"})
@@ -216,6 +218,27 @@ func TestVerdictForResentAnswer(t *testing.T) {
 	}
 }
 
+// testPayout is the payout verdictOn submits.
+var testPayout = lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
+
+// dupeMembers are the members of a DUPLICATE_SUBMISSION answer for testPayout
+// whose first attempt presented testPayout's own fields, with change applied
+// (nil: none; a member set to nil is left out, as an older rail-proxy does).
+func dupeMembers(first, ref any, change map[string]any) map[string]any {
+	m := map[string]any{"submissionId": 9, "firstSubmissionId": 2, "firstSubmittedAt": time.Now().UTC(),
+		"firstOutcome": first, "firstRailReference": ref,
+		"firstAccountId": testPayout.AccountID, "firstAmountMinor": testPayout.AmountMinor,
+		"firstCurrency": testPayout.Currency, "firstBeneficiary": testPayout.Beneficiary}
+	for k, v := range change {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	return m
+}
+
 // verdictAgainst submits payout p-1 with token through an executor whose
 // rail-proxy is proxy, and returns the executor's verdict on the answer.
 func verdictAgainst(t *testing.T, proxy http.Handler, token int64) verdict {
@@ -230,7 +253,7 @@ func verdictOn(t *testing.T, proxy http.Handler, token int64, resend bool) verdi
 	srv := httptest.NewServer(proxy)
 	defer srv.Close()
 	e := newTestExecutor(t, srv.URL)
-	p := lockapi.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL00BANK0123456789"}
+	p := testPayout
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req := lockapi.SubmissionRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,

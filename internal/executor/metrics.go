@@ -11,9 +11,18 @@ const (
 	resultDuplicate   = "duplicate"
 	resultUnavailable = "unavailable"
 	resultSkipped     = "skipped"
+	// resultUnbooked: rail-proxy's books refused the payout's own fields
+	// (NOT_IN_BOOKS, a mismatch other than not_claimed, token or owner); the
+	// payout stays CLAIMED for a person (docs/contracts/books.md).
+	resultUnbooked = "unbooked"
+	// resultMismatch: a first or recorded attempt's account, amount, currency or
+	// beneficiary is not the payout's; its outcome is not adopted and the payout
+	// stays CLAIMED for a person (docs/contracts/books.md).
+	resultMismatch = "mismatch"
 )
 
-var results = []string{resultPaid, resultDeclined, resultAmbiguous, resultFenced, resultDuplicate, resultUnavailable, resultSkipped}
+var results = []string{resultPaid, resultDeclined, resultAmbiguous, resultFenced, resultDuplicate, resultUnavailable,
+	resultSkipped, resultUnbooked, resultMismatch}
 
 type metrics struct {
 	payouts *prometheus.CounterVec
@@ -26,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		payouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "executor_payout_total",
-			Help: "Payout cycles by how they ended: paid, declined, ambiguous, fenced, duplicate, unavailable, skipped.",
+			Help: "Payout cycles by how they ended: paid, declined, ambiguous, fenced, duplicate, unavailable, skipped, unbooked, mismatch.",
 		}, []string{"result"}),
 		pauses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "executor_pause_total",

@@ -80,6 +80,9 @@ const (
 	answerAmbiguous
 	answerUnavailable
 	answerInvalid
+	// answerUnbooked: 409 NOT_IN_BOOKS — the books do not hold the payout
+	// claimed by this token and owner as presented; nothing was forwarded.
+	answerUnbooked
 )
 
 func (k answerKind) String() string {
@@ -98,6 +101,8 @@ func (k answerKind) String() string {
 		return "rail_unavailable"
 	case answerInvalid:
 		return "invalid_request"
+	case answerUnbooked:
+		return "not_in_books"
 	default:
 		return "no_answer"
 	}
@@ -111,10 +116,14 @@ type submitAnswer struct {
 	railReference string // accepted
 	declineReason *string
 
-	// DUPLICATE_SUBMISSION: the payout's forwardable attempt.
+	// DUPLICATE_SUBMISSION: the payout's forwardable attempt, and what it
+	// presented (nil: the answer did not say — an older rail-proxy).
 	firstOutcome       *string
 	firstRailReference *string
 	firstSubmissionID  *int64
+	first              presented
+
+	mismatch string // NOT_IN_BOOKS: the first check of the books that failed
 
 	highestToken *int64 // FENCED_OUT
 	stage        string // RAIL_UNAVAILABLE
@@ -127,6 +136,52 @@ type submitAnswer struct {
 	// resent: this is the answer to the submission sent a second time, with the
 	// same token, on a fresh connection after a staleConn failure.
 	resent bool
+}
+
+// presented is what an attempt presented to the rail, as an answer or the audit
+// trail reports it; a nil field was not reported.
+type presented struct {
+	accountID   *string
+	amountMinor *int64
+	currency    *string
+	beneficiary *string
+}
+
+// presentedBy is what the audit-trail row s presented. An older rail-proxy's
+// rows lack amount, currency and beneficiary: those read as not reported.
+func presentedBy(s *lockapi.Submission) presented {
+	var f presented
+	if s.AccountID != "" {
+		f.accountID = &s.AccountID
+	}
+	if s.Currency != "" {
+		f.currency = &s.Currency
+		f.amountMinor = &s.AmountMinor
+	}
+	if s.Beneficiary != "" {
+		f.beneficiary = &s.Beneficiary
+	}
+	return f
+}
+
+// differs names the fields in which f is not payout p's, in the books' order
+// (lockapi.BooksMismatchOrder); a field not reported differs. Compared exactly,
+// as rail-proxy's books compare a body with the payout row.
+func (f presented) differs(p lockapi.Payout) []string {
+	var d []string
+	if f.accountID == nil || *f.accountID != p.AccountID {
+		d = append(d, lockapi.MismatchAccount)
+	}
+	if f.amountMinor == nil || *f.amountMinor != p.AmountMinor {
+		d = append(d, lockapi.MismatchAmount)
+	}
+	if f.currency == nil || *f.currency != p.Currency {
+		d = append(d, lockapi.MismatchCurrency)
+	}
+	if f.beneficiary == nil || *f.beneficiary != p.Beneficiary {
+		d = append(d, lockapi.MismatchBeneficiary)
+	}
+	return d
 }
 
 // submit presents one payout to rail-proxy, once, on a pooled connection,
@@ -227,7 +282,7 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 	member("submissionId", &a.submissionID)
 	switch p.Code {
 	case lockapi.CodeFencedOut, lockapi.CodeDuplicateSubmission, lockapi.CodeRailRejected,
-		lockapi.CodeRailAmbiguous, lockapi.CodeRailUnavailable:
+		lockapi.CodeRailAmbiguous, lockapi.CodeRailUnavailable, lockapi.CodeNotInBooks:
 		// The gate's own codes come with the status the code table gives them; any
 		// other status means the answer is not the gate's.
 		if st := lockapi.Status(p.Code); st != resp.StatusCode {
@@ -243,11 +298,26 @@ func parseAnswer(resp *http.Response, b []byte, payoutID string) submitAnswer {
 		member("firstOutcome", &a.firstOutcome)
 		member("firstRailReference", &a.firstRailReference)
 		member("firstSubmissionId", &a.firstSubmissionID)
+		member("firstAccountId", &a.first.accountID)
+		member("firstAmountMinor", &a.first.amountMinor)
+		member("firstCurrency", &a.first.currency)
+		member("firstBeneficiary", &a.first.beneficiary)
 		if a.err != nil {
 			a.kind = answerNone
 			return a
 		}
 		a.kind = answerDuplicate
+	case lockapi.CodeNotInBooks:
+		// Refused by the books before the duplicate check: recorded UNBOOKED,
+		// never forwarded. Without a mismatch it is not the gate's answer.
+		member("mismatch", &a.mismatch)
+		if a.err == nil && a.mismatch == "" {
+			a.err = errors.New("NOT_IN_BOOKS answer without a mismatch")
+		}
+		if a.err != nil {
+			return a
+		}
+		a.kind = answerUnbooked
 	case lockapi.CodeRailRejected:
 		a.kind = answerRejected
 		member("declineReason", &a.declineReason)

@@ -290,6 +290,30 @@ func TestParseAnswer(t *testing.T) {
 			_, _ = w.Write([]byte(`{"outcome":`))
 		}, answerNone, nil},
 		{"duplicate with a malformed first outcome", problemAnswer(409, lockapi.CodeDuplicateSubmission, map[string]any{"firstOutcome": 3}), answerNone, nil},
+		{"duplicate with what the first attempt presented", problemAnswer(409, lockapi.CodeDuplicateSubmission, dupeMembers("ACKED", "RS-2", nil)),
+			answerDuplicate, func(t *testing.T, a submitAnswer) {
+				if d := a.first.differs(testPayout); len(d) != 0 {
+					t.Errorf("the first attempt's fields read as %+v, differing in %v from the payout's", a.first, d)
+				}
+			}},
+		{"duplicate from an older rail-proxy: the first attempt's fields unreported", problemAnswer(409, lockapi.CodeDuplicateSubmission,
+			dupeMembers("ACKED", "RS-2", map[string]any{"firstAccountId": nil, "firstAmountMinor": nil, "firstCurrency": nil, "firstBeneficiary": nil})),
+			answerDuplicate, func(t *testing.T, a submitAnswer) {
+				if a.first.accountID != nil || a.first.amountMinor != nil || a.first.currency != nil || a.first.beneficiary != nil {
+					t.Errorf("unreported fields read as %+v", a.first)
+				}
+			}},
+		{"duplicate with a malformed first amount", problemAnswer(409, lockapi.CodeDuplicateSubmission,
+			dupeMembers("ACKED", "RS-2", map[string]any{"firstAmountMinor": "100"})), answerNone, nil},
+		{"not in the books", problemAnswer(409, lockapi.CodeNotInBooks, map[string]any{"submissionId": 11, "presentedToken": 7, "mismatch": "beneficiary"}),
+			answerUnbooked, func(t *testing.T, a submitAnswer) {
+				if a.mismatch != lockapi.MismatchBeneficiary || a.submissionID == nil || *a.submissionID != 11 {
+					t.Errorf("mismatch %q submission %v", a.mismatch, a.submissionID)
+				}
+			}},
+		{"not in the books with a 400 status", problemAnswer(400, lockapi.CodeNotInBooks, map[string]any{"mismatch": "token"}), answerNone, nil},
+		{"not in the books without a mismatch", problemAnswer(409, lockapi.CodeNotInBooks, map[string]any{"submissionId": 11}), answerNone, nil},
+		{"not in the books with a malformed mismatch", problemAnswer(409, lockapi.CodeNotInBooks, map[string]any{"mismatch": 3}), answerNone, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
