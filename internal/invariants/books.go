@@ -18,8 +18,10 @@ import (
 // records in paydb. The reconciler's own copy of the statement is not trusted; it
 // is compared with the call log.
 
-// exceptionKinds are the five kinds of docs/contracts/reconciliation.md, in its order.
-var exceptionKinds = []string{"PRESENTED_TWICE", "AMOUNT_MISMATCH", "UNKNOWN_REFERENCE", "LINE_CONTRADICTS_PAYOUT", "PAID_WITHOUT_LINE"}
+// exceptionKinds are the kinds of docs/contracts/reconciliation.md, in its order,
+// then those of docs/contracts/books.md.
+var exceptionKinds = []string{"PRESENTED_TWICE", "AMOUNT_MISMATCH", "UNKNOWN_REFERENCE", "LINE_CONTRADICTS_PAYOUT", "PAID_WITHOUT_LINE",
+	"BENEFICIARY_MISMATCH", "ATTEMPT_MISMATCH"}
 
 var booksCheckDefs = []checkDef{
 	{CheckAmbiguousLeft, 7, "AMBIGUOUS payouts after the final pass", true},
@@ -32,7 +34,7 @@ var booksCheckDefs = []checkDef{
 
 // Reconciliation sums up what the reconciler did, from paydb's records: the
 // payouts settled from the statement (payment-resource's settle records), the
-// statement it copied, and the exceptions it recorded, by kind (all five, zeros
+// statement it copied, and the exceptions it recorded, by kind (every kind, zeros
 // included).
 type Reconciliation struct {
 	SettledPaid         int            `json:"settledPaid"`
@@ -157,7 +159,7 @@ func (e *evaluation) statementCopy() {
 		case !ok:
 			f.Detail = "the rail booked this call; the copy lacks it"
 		case l.Reference != c.Reference || l.AccountID != c.AccountID || l.AmountMinor != c.AmountMinor ||
-			l.Currency != c.Currency || l.Result != c.Result || text(l.RailReference) != c.RailReference ||
+			l.Currency != c.Currency || l.Beneficiary != c.Beneficiary || l.Result != c.Result || text(l.RailReference) != c.RailReference ||
 			text(l.DeclineReason) != c.Reason || l.ReceivedAt.Sub(c.ReceivedAt).Abs() > time.Microsecond:
 			f.Detail = fmt.Sprintf("copied as %s %s %d %s %s %q, the rail booked %s %s %d %s %s %q",
 				l.Reference, l.AccountID, l.AmountMinor, l.Currency, l.Result, text(l.RailReference),
@@ -184,7 +186,9 @@ func (e *evaluation) statementCopy() {
 // unrecorded derives from the rail's log the disagreements
 // docs/contracts/reconciliation.md names per line and flags each one no exception
 // records: a second accepted call of a payout (PRESENTED_TWICE), a call whose
-// account, amount or currency is not its payout's (AMOUNT_MISMATCH), a call of no
+// account, amount or currency is not its payout's (AMOUNT_MISMATCH), or, those
+// equal, whose beneficiary is not (BENEFICIARY_MISMATCH, compared as IBANs are;
+// docs/contracts/books.md), a call of no
 // payout (UNKNOWN_REFERENCE), and a call its payout's final status denies
 // (LINE_CONTRADICTS_PAYOUT). PAID_WITHOUT_LINE needs no derivation here: a PAID
 // payout without exactly one accepted call already fails CheckPaidAcceptedOnce.
@@ -213,6 +217,9 @@ func (e *evaluation) unrecorded() {
 		if c.AccountID != p.AccountID || c.AmountMinor != p.AmountMinor || c.Currency != p.Currency {
 			expect("AMOUNT_MISMATCH", c, p.PayoutID, fmt.Sprintf("call %d %s %d on %s, payout %s %d on %s",
 				c.Seq, c.Currency, c.AmountMinor, c.AccountID, p.Currency, p.AmountMinor, p.AccountID))
+		} else if !lockapi.SameBeneficiary(c.Beneficiary, p.Beneficiary) {
+			expect("BENEFICIARY_MISMATCH", c, p.PayoutID, fmt.Sprintf("call %d paid %s, payout's beneficiary %s",
+				c.Seq, lockapi.MaskBeneficiary(c.Beneficiary), lockapi.MaskBeneficiary(p.Beneficiary)))
 		}
 		if c.Result == railstub.ResultAccepted {
 			if first, seen := acceptedBefore[c.Reference]; seen {

@@ -35,7 +35,7 @@ func settled() History {
 
 func lineOf(c railstub.Call) lockapi.StatementLine {
 	return lockapi.StatementLine{Seq: c.Seq, ReceivedAt: c.ReceivedAt, Reference: c.Reference, AccountID: c.AccountID,
-		AmountMinor: c.AmountMinor, Currency: c.Currency, Result: c.Result,
+		AmountMinor: c.AmountMinor, Currency: c.Currency, Beneficiary: c.Beneficiary, Result: c.Result,
 		RailReference: orNull(c.RailReference), DeclineReason: orNull(c.Reason)}
 }
 
@@ -53,7 +53,7 @@ func TestReconciledHistoryClosesTheBooks(t *testing.T) {
 	}
 	rec := r.Reconciliation
 	if rec == nil || rec.SettledPaid != 1 || rec.SettledNotPresented != 1 || rec.SettledDeclined != 0 || rec.AmbiguousLeft != 0 ||
-		rec.StatementLines != 6 || rec.ExceptionTotal() != 0 || len(rec.Exceptions) != 5 {
+		rec.StatementLines != 6 || rec.ExceptionTotal() != 0 || len(rec.Exceptions) != 7 {
 		t.Fatalf("reconciliation = %+v", rec)
 	}
 	if m := r.Money[0]; m.Booked != m.AcceptedForPayouts || m.Booked != 19000 || m.AcceptedAmbiguous != 0 {
@@ -105,6 +105,20 @@ func TestBooksViolationsDetected(t *testing.T) {
 		{"the copy has an amount the rail never booked", func(h *History) {
 			h.StatementLines[0].AmountMinor++
 		}, []CheckID{CheckStatementCopy}},
+		{"the copy lacks a line's beneficiary", func(h *History) {
+			h.StatementLines[0].Beneficiary = ""
+		}, []CheckID{CheckStatementCopy}},
+		{"a payment to another beneficiary nobody recorded", func(h *History) {
+			c := call(h, "p6")
+			c.Beneficiary = "GB33BUKB20201555555555"
+			h.StatementLines[1] = lineOf(*c)
+		}, []CheckID{CheckCallWithoutIntent, CheckUnrecorded}},
+		{"a payment to another beneficiary, recorded", func(h *History) {
+			c := call(h, "p6")
+			c.Beneficiary = "GB33BUKB20201555555555"
+			h.StatementLines[1] = lineOf(*c)
+			h.Exceptions = []Exception{{ExceptionID: 1, Kind: "BENEFICIARY_MISMATCH", PayoutID: "p6", Seq: c.Seq, Detail: "x"}}
+		}, []CheckID{CheckCallWithoutIntent, CheckExceptions}},
 		{"the copy has a line the rail never booked", func(h *History) {
 			h.StatementLines = append(h.StatementLines, lockapi.StatementLine{Seq: 99, Reference: "p1", Result: "ACCEPTED"})
 		}, []CheckID{CheckStatementCopy}},

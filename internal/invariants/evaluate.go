@@ -28,6 +28,10 @@ type Options struct {
 	// IssuedRecorded says History.Issued holds every token lock-server handed
 	// out: invariant 6 then judges lockdb's tokens too.
 	IssuedRecorded bool
+	// BooksBound says History.Moves holds payout_history, the record of every
+	// move payment-resource made (docs/contracts/books.md): invariant 8, only the
+	// books move money, is judged.
+	BooksBound bool
 }
 
 // evaluation holds the history, ordered and indexed, and the findings so far.
@@ -70,7 +74,8 @@ func Evaluate(h History, opts Options) Report {
 	r := Report{FencingEnabled: opts.FencingEnabled}
 	e.count(&r)
 	r.Money = e.money()
-	e.books(&r) // invariant 7, books.go
+	e.books(&r)    // invariant 7, books.go
+	e.booksBound() // invariant 8, booksbound.go
 	for _, m := range r.Money {
 		if m.Booked != m.AcceptedPaid {
 			e.add(CheckBooks, Finding{Detail: fmt.Sprintf(
@@ -734,8 +739,8 @@ func (e *evaluation) fill(r *Report) {
 			r.Notes = append(r.Notes, fs...)
 		}
 	}
-	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 0} {
-		if n == 7 && !e.opts.Reconciled {
+	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 0} {
+		if (n == 7 && !e.opts.Reconciled) || (n == 8 && !e.opts.BooksBound) {
 			continue
 		}
 		r.Invariants = append(r.Invariants, Verdict{Invariant: n, Name: invariantName(n), Held: broken[n] == 0, Violations: broken[n]})

@@ -70,7 +70,7 @@ func (b *builder) call(payout, account string, token int64, result, railRef stri
 
 func (b *builder) payout(id, account, status string, token int64, railRef string) {
 	b.h.Payouts = append(b.h.Payouts, Payout{PayoutID: id, AccountID: account, AmountMinor: amountOf(id), Currency: "EUR",
-		Status: status, FenceToken: token, RailReference: railRef, CreatedAt: t0, UpdatedAt: t0})
+		Beneficiary: "NL91ABNA0417164300", Status: status, FenceToken: token, RailReference: railRef, CreatedAt: t0, UpdatedAt: t0})
 	if status == "PAID" {
 		b.h.Ledger = append(b.h.Ledger, LedgerEntry{EntryID: int64(len(b.h.Ledger) + 1), PayoutID: id, AccountID: account,
 			AmountMinor: -amountOf(id), Currency: "EUR", PostedToken: token, CreatedAt: t0})

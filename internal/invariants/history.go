@@ -1,6 +1,7 @@
 // Package invariants judges a finished run of the system against the invariants
-// of the spec (1–6, and 7, the books close, when a reconciler made its final
-// pass), from ground truth only: what the rail-stub was presented, and what paydb
+// of the spec (1–6; 7, the books close, when a reconciler made its final pass; 8,
+// only the books move money, when paydb records the payouts' history), from
+// ground truth only: what the rail-stub was presented, and what paydb
 // and lockdb hold. It never asks a service what it believes happened; the
 // reconciler's copy of the statement is checked against the rail-stub's log, never
 // used in its place.
@@ -37,6 +38,11 @@ type History struct {
 	Exceptions     []Exception             // reconciliation_exception
 	Cursor         *Cursor                 // reconciler_cursor
 	Settlements    []Settlement            // payout_settlement
+
+	// Moves is payment-resource's record of every move it made on a payout
+	// (payout_history, docs/contracts/books.md): the claim history invariant 8
+	// is judged against (only with Options.BooksBound).
+	Moves []Move
 }
 
 // Submission is one rail_submission row. Outcome is empty while the row is
@@ -91,6 +97,7 @@ type Payout struct {
 	AccountID     string    `json:"accountId"`
 	AmountMinor   int64     `json:"amountMinor"`
 	Currency      string    `json:"currency"`
+	Beneficiary   string    `json:"-"`
 	Status        string    `json:"status"`
 	FenceToken    int64     `json:"fenceToken"`
 	ClaimedBy     string    `json:"claimedBy,omitempty"`
@@ -159,4 +166,20 @@ type Settlement struct {
 	Outcome       string `json:"outcome"`
 	RailReference string `json:"railReference,omitempty"`
 	StatementSeq  int64  `json:"statementSeq,omitempty"`
+}
+
+// Move is one payout_history row: a move payment-resource made on a payout, in
+// the transaction that made it. OwnerID is the X-Owner-Id of a claim or a post,
+// empty for a creation or a settle (NULL in the table); RailReference and
+// DeclineReason empty when NULL.
+type Move struct {
+	HistoryID     int64     `json:"historyId"`
+	PayoutID      string    `json:"payoutId"`
+	Status        string    `json:"status"`
+	FenceToken    int64     `json:"fenceToken"`
+	OwnerID       string    `json:"ownerId,omitempty"`
+	Actor         string    `json:"actor,omitempty"`
+	RailReference string    `json:"railReference,omitempty"`
+	DeclineReason string    `json:"declineReason,omitempty"`
+	RecordedAt    time.Time `json:"recordedAt"`
 }

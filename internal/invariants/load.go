@@ -24,7 +24,7 @@ SELECT submission_id, payout_id, account_id, presented_token, owner_id, idempote
 	selectHighWater = `SELECT account_id, highest_token FROM rail_high_water`
 
 	selectPayouts = `
-SELECT payout_id, account_id, amount_minor, currency, status, fence_token,
+SELECT payout_id, account_id, amount_minor, currency, beneficiary, status, fence_token,
        coalesce(claimed_by, ''), coalesce(rail_reference, ''), coalesce(decline_reason, ''),
        created_at, updated_at
   FROM payout
@@ -36,7 +36,7 @@ SELECT entry_id, payout_id, account_id, amount_minor, currency, posted_token, cr
  ORDER BY entry_id`
 
 	selectStatementLines = `
-SELECT seq, received_at, reference, account_id, amount_minor, currency, result,
+SELECT seq, received_at, reference, account_id, amount_minor, currency, coalesce(beneficiary, ''), result,
        coalesce(rail_reference, ''), coalesce(decline_reason, '')
   FROM rail_statement_line
  ORDER BY seq`
@@ -53,13 +53,19 @@ SELECT payout_id, outcome, coalesce(rail_reference, ''), coalesce(statement_seq,
   FROM payout_settlement
  ORDER BY payout_id`
 
+	selectMoves = `
+SELECT history_id, payout_id, status, fence_token, coalesce(owner_id, ''), coalesce(actor, ''),
+       coalesce(rail_reference, ''), coalesce(decline_reason, ''), recorded_at
+  FROM payout_history
+ ORDER BY history_id`
+
 	selectGrants = `
 SELECT lock_name, token, owner_id, acquired_at, ttl_ms, expires_at, released_at
   FROM lock_grant
  ORDER BY lock_name, token`
 )
 
-// Load reads the ground truth of a run: paydb's four tables, lockdb's grant
+// Load reads the ground truth of a run: paydb's tables, lockdb's grant
 // history, and the rail-stub's call log as the caller fetched it. paydb and lockdb
 // may be the same pool. It should run once the system is quiet: rows written
 // while it reads may be seen by one query and not by another.
@@ -96,7 +102,7 @@ func Load(ctx context.Context, paydb, lockdb *pgxpool.Pool, calls []railstub.Cal
 	}
 	h.Payouts, err = query(ctx, paydb, "payout", selectPayouts, func(r pgx.CollectableRow) (Payout, error) {
 		var p Payout
-		err := r.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Status, &p.FenceToken,
+		err := r.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Beneficiary, &p.Status, &p.FenceToken,
 			&p.ClaimedBy, &p.RailReference, &p.DeclineReason, &p.CreatedAt, &p.UpdatedAt)
 		return p, err
 	})
@@ -138,13 +144,14 @@ func query[T any](ctx context.Context, pool *pgxpool.Pool, table, sql string, sc
 }
 
 // loadReconciliation reads the reconciler's tables and payment-resource's
-// settlement records (docs/contracts/reconciliation.md).
+// settlement records (docs/contracts/reconciliation.md) and its payout history
+// (docs/contracts/books.md).
 func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) error {
 	var err error
 	h.StatementLines, err = query(ctx, paydb, "rail_statement_line", selectStatementLines, func(r pgx.CollectableRow) (lockapi.StatementLine, error) {
 		var l lockapi.StatementLine
 		var ref, reason string
-		err := r.Scan(&l.Seq, &l.ReceivedAt, &l.Reference, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Result,
+		err := r.Scan(&l.Seq, &l.ReceivedAt, &l.Reference, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Beneficiary, &l.Result,
 			&ref, &reason)
 		l.RailReference, l.DeclineReason = orNull(ref), orNull(reason)
 		return l, err
@@ -175,6 +182,15 @@ func loadReconciliation(ctx context.Context, paydb *pgxpool.Pool, h *History) er
 		var s Settlement
 		err := r.Scan(&s.PayoutID, &s.Outcome, &s.RailReference, &s.StatementSeq)
 		return s, err
+	})
+	if err != nil {
+		return err
+	}
+	h.Moves, err = query(ctx, paydb, "payout_history", selectMoves, func(r pgx.CollectableRow) (Move, error) {
+		var m Move
+		err := r.Scan(&m.HistoryID, &m.PayoutID, &m.Status, &m.FenceToken, &m.OwnerID, &m.Actor,
+			&m.RailReference, &m.DeclineReason, &m.RecordedAt)
+		return m, err
 	})
 	return err
 }

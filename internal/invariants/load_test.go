@@ -111,9 +111,9 @@ func TestLoadReconciliation(t *testing.T) {
 		`INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary, status) VALUES
 			('p1', 'acct-A', 1000, 'EUR', 'NL91ABNA0417164300', 'PAID'), ('p2', 'acct-A', 2000, 'EUR', 'NL91ABNA0417164300', 'NOT_PRESENTED')`,
 		`INSERT INTO payout_settlement (payout_id, outcome, rail_reference, statement_seq) VALUES ('p1', 'PAID', 'RS-1', 1), ('p2', 'NOT_PRESENTED', NULL, NULL)`,
-		`INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, result, rail_reference, decline_reason) VALUES
-			(1, '2025-03-01T12:00:01.5Z', 'p1', 'acct-A', 1000, 'EUR', 'ACCEPTED', 'RS-1', NULL),
-			(2, '2025-03-01T12:00:02Z', 'zz', 'acct-Z', 5, 'EUR', 'DECLINED', NULL, 'no')`,
+		`INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, beneficiary, result, rail_reference, decline_reason) VALUES
+			(1, '2025-03-01T12:00:01.5Z', 'p1', 'acct-A', 1000, 'EUR', 'NL91ABNA0417164300', 'ACCEPTED', 'RS-1', NULL),
+			(2, '2025-03-01T12:00:02Z', 'zz', 'acct-Z', 5, 'EUR', 'NL91ABNA0417164300', 'DECLINED', NULL, 'no')`,
 		`INSERT INTO reconciliation_exception (kind, payout_id, seq, detail) VALUES ('UNKNOWN_REFERENCE', NULL, 2, 'zz')`,
 		`INSERT INTO reconciler_cursor (last_seq, read_at) VALUES (2, '2025-03-01T12:00:03Z')`,
 	} {

@@ -45,6 +45,14 @@ const (
 	CheckStatementCopy    CheckID = "statement_copy"
 	CheckExceptions       CheckID = "reconciliation_exceptions"
 	CheckUnrecorded       CheckID = "unrecorded_disagreements"
+	// Invariant 8: only the books move money (only for a run whose paydb records
+	// the payouts' history: Options.BooksBound).
+	CheckAdmittedWithoutClaim  CheckID = "admitted_without_claim"
+	CheckAdmittedNotAsBooked   CheckID = "admitted_not_as_booked"
+	CheckPaidPostNotRecorded   CheckID = "paid_post_not_recorded"
+	CheckPostNotRecorded       CheckID = "post_not_recorded"
+	CheckPaidSettleWithoutLine CheckID = "paid_settle_without_line"
+	CheckSettleContradicted    CheckID = "settle_contradicts_statement"
 )
 
 // Report is what Evaluate makes of a History. Its JSON form is lockdemo's --json.
@@ -58,7 +66,7 @@ type Report struct {
 	// (docs/contracts/reconciliation.md); nil when the run had no reconciler.
 	Reconciliation *Reconciliation `json:"reconciliation,omitempty"`
 
-	Invariants []Verdict `json:"invariants"` // 1–6 (7 when reconciled), then 0 (cross-checks)
+	Invariants []Verdict `json:"invariants"` // 1–6 (7 when reconciled, 8 when books bound), then 0 (cross-checks)
 	Checks     []Check   `json:"checks"`
 
 	// Violations are the findings of failing checks; Notes those of checks that
@@ -166,7 +174,8 @@ func (r Report) Count(id CheckID) int {
 	return 0
 }
 
-// Held reports whether invariant n (1–6, or 0 for the cross-checks) held.
+// Held reports whether invariant n (1–8, or 0 for the cross-checks) held; an
+// invariant the run did not judge counts as held.
 func (r Report) Held(n int) bool {
 	for _, v := range r.Invariants {
 		if v.Invariant == n {
@@ -203,6 +212,8 @@ func invariantName(n int) string {
 		return "The mark survives everything"
 	case 7:
 		return "The books close"
+	case 8:
+		return "Only the books move money"
 	default:
 		return "Cross-checks: books and settings"
 	}
@@ -250,6 +261,9 @@ func checkDefs(opts Options) []checkDef {
 	}
 	if opts.Reconciled {
 		defs = append(defs, booksCheckDefs...)
+	}
+	if opts.BooksBound {
+		defs = append(defs, booksBoundCheckDefs...) // booksbound.go
 	}
 	return defs
 }
