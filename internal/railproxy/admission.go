@@ -162,6 +162,8 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 	switch adm.Verdict {
 	case Fenced:
 		return a.fenced(sub, adm)
+	case Unbooked:
+		return a.unbooked(sub, adm)
 	case Duplicate:
 		return a.duplicate(sub, adm)
 	}
@@ -279,18 +281,41 @@ func (a *admitter) fenced(sub Submission, adm Admission) reply {
 		map[string]any{"presentedToken": sub.Token, "highestToken": adm.HighestToken, "submissionId": adm.SubmissionID})}
 }
 
+// unbooked answers a submission the books refused (docs/contracts/books.md):
+// the payout row does not hold it claimed by this token and owner, as booked.
+// Its UNBOOKED row is committed, the mark is unchanged, and the rail is not
+// called. The beneficiary is personal data: the log carries it masked.
+func (a *admitter) unbooked(sub Submission, adm Admission) reply {
+	a.logger.Warn("submission not in the books: the payout is not held claimed by this token and owner as presented", "event", "unbooked_submission",
+		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
+		"mismatch", adm.Mismatch, "amountMinor", sub.AmountMinor, "currency", sub.Currency,
+		"beneficiary", lockapi.MaskBeneficiary(sub.Beneficiary), "idempotencyKey", sub.IdempotencyKey,
+		"submissionId", adm.SubmissionID)
+	return reply{status: http.StatusConflict, metric: metricUnbooked, problem: lockapi.NewProblemCode(
+		lockapi.CodeNotInBooks, "the books do not hold this payout claimed by this token and owner as presented ("+adm.Mismatch+"); nothing was presented to the rail",
+		map[string]any{"submissionId": adm.SubmissionID, "presentedToken": sub.Token, "mismatch": adm.Mismatch})}
+}
+
 // duplicate answers a submission of a payout that has a forwardable attempt.
 func (a *admitter) duplicate(sub Submission, adm Admission) reply {
 	// The payout already has a forwardable attempt; the unique index, not a
 	// read, said so. The rail sees each payout at most once, ever.
 	a.metrics.duplicates.Inc()
+	// The first attempt's account, amount, currency and beneficiary let the
+	// executor adopt its outcome only when they are its payout's
+	// (docs/contracts/books.md).
 	m := map[string]any{"submissionId": adm.SubmissionID, "firstSubmissionId": nil, "firstSubmittedAt": nil,
-		"firstOutcome": nil, "firstRailReference": nil}
+		"firstOutcome": nil, "firstRailReference": nil, "firstAccountId": nil, "firstAmountMinor": nil,
+		"firstCurrency": nil, "firstBeneficiary": nil}
 	if f := adm.First; f != nil {
 		m["firstSubmissionId"] = f.SubmissionID
 		m["firstSubmittedAt"] = lockapi.UTC(f.SubmittedAt)
 		m["firstOutcome"] = strOrNil(f.Outcome)
 		m["firstRailReference"] = strOrNil(f.RailReference)
+		m["firstAccountId"] = f.AccountID
+		m["firstAmountMinor"] = f.AmountMinor
+		m["firstCurrency"] = f.Currency
+		m["firstBeneficiary"] = f.Beneficiary
 	}
 	a.logger.Warn("duplicate rail submission attempted", "event", "duplicate_rail_submission_attempted",
 		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,

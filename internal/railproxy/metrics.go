@@ -13,9 +13,10 @@ const (
 	metricFenced      = "fenced"
 	metricDuplicate   = "duplicate"
 	metricUnavailable = "unavailable"
+	metricUnbooked    = "unbooked" // the books refused it (docs/contracts/books.md)
 )
 
-var metricOutcomes = []string{metricAcked, metricRejected, metricAmbiguous, metricFenced, metricDuplicate, metricUnavailable}
+var metricOutcomes = []string{metricAcked, metricRejected, metricAmbiguous, metricFenced, metricDuplicate, metricUnavailable, metricUnbooked}
 
 // metrics are rail-proxy's families (docs/contracts/observability.md), in the
 // service's own registry.
@@ -27,6 +28,7 @@ type metrics struct {
 	callSeconds       prometheus.Histogram
 	inflight          prometheus.Gauge
 	fencingEnabled    prometheus.Gauge
+	booksEnabled      prometheus.Gauge // rail_proxy_books_check_enabled
 
 	// Project additions (docs/contracts/observability.md).
 	lateResolutions    prometheus.Counter
@@ -38,7 +40,7 @@ type metrics struct {
 	workerPanics       *prometheus.CounterVec // rail_proxy_worker_panic_total{worker}, worker.go
 }
 
-func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
+func newMetrics(reg prometheus.Registerer, fencing, books bool) *metrics {
 	m := &metrics{
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rail_submission_total",
@@ -70,6 +72,10 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 			Name: "rail_proxy_fencing_enabled",
 			Help: "1 when tokens not above the mark are refused; 0 when fencing is off (never in production).",
 		}),
+		booksEnabled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rail_proxy_books_check_enabled",
+			Help: "1 when a submission is admitted only as the books hold it (docs/contracts/books.md); 0 when RAIL_PROXY_BOOKS_CHECK is off.",
+		}),
 		lateResolutions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rail_resolution_late_total",
 			Help: "Resolving writes paydb did not take at once and that were written later, in the background, before the row's interrupt_at.",
@@ -80,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 		}),
 	}
 	reg.MustRegister(m.submissions, m.duplicates, m.fencedOut, m.submissionSeconds, m.callSeconds, m.inflight, m.fencingEnabled,
-		m.lateResolutions, m.reusedConnFailures)
+		m.booksEnabled, m.lateResolutions, m.reusedConnFailures)
 	m.statementReads = newStatementMetric(reg)
 	m.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rail_admission_group_size",
@@ -114,6 +120,9 @@ func newMetrics(reg prometheus.Registerer, fencing bool) *metrics {
 	m.fencedOut.WithLabelValues("rail")
 	if fencing {
 		m.fencingEnabled.Set(1)
+	}
+	if books {
+		m.booksEnabled.Set(1)
 	}
 	return m
 }

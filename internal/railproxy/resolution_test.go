@@ -67,7 +67,7 @@ func TestLostCommitLandingAfterTheLookupIsResolved(t *testing.T) {
 		landed  atomic.Bool
 		hookErr = make(chan error, 1)
 	)
-	a := &admitter{store: store, metrics: newMetrics(prometheus.NewRegistry(), true), logger: logger,
+	a := &admitter{store: store, metrics: newMetrics(prometheus.NewRegistry(), true, false), logger: logger,
 		interruptAfter: 20 * time.Second,
 		hooks: &hooks{afterNoRow: func(res resolution) {
 			if res.id != id || landed.Swap(true) {

@@ -36,6 +36,10 @@ func Run(ctx context.Context, cfg Config) error {
 			logger.Error("FENCING IS DISABLED: tokens at or below an account's mark are admitted and forwarded; this exists to demonstrate the hazard, never for production",
 				"event", "fencing_disabled")
 		}
+		if !cfg.BooksCheck {
+			logger.Error("BOOKS NOT CHECKED: submissions are admitted without reading the payout row, so a payout nobody booked, or booked otherwise, reaches the rail; only for a gate whose callers' books live in another database (docs/contracts/books.md)",
+				"event", "books_not_checked")
+		}
 		keys, err := service.ReadGrantKeys("RAIL_PROXY_GRANT_KEYS_FILE", cfg.GrantKeysFile)
 		if err != nil {
 			return err
@@ -45,7 +49,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		store := &Store{pool: pool}
-		m := newMetrics(reg, cfg.FencingEnabled)
+		m := newMetrics(reg, cfg.FencingEnabled, cfg.BooksCheck)
 		gate, err := sv.GrantGate(keys)
 		if err != nil {
 			return err
@@ -77,7 +81,7 @@ func Run(ctx context.Context, cfg Config) error {
 		routes(mux, a, gate, store, logger)
 		serve.Mount(mux, sv.Health, reg)
 		err = sv.Serve(ctx, serve.Handler(mux, logger), fastserve.ServeFast, func(string) {
-			logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "railBaseURL", service.RedactURL(cfg.RailBaseURL),
+			logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "booksCheck", cfg.BooksCheck, "railBaseURL", service.RedactURL(cfg.RailBaseURL),
 				"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 				"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
 				"paydbMaxConns", cfg.PaydbMaxConns)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -178,6 +179,111 @@ SELECT EXISTS (SELECT FROM fence), i.submission_id, i.submitted_at, NULL::text F
 UNION ALL
 SELECT EXISTS (SELECT FROM fence), r.submission_id, r.submitted_at, r.outcome FROM refused r`
 
+// booksChecks is the books verdict of docs/contracts/books.md, in
+// lockapi.BooksMismatchOrder() (TestBooksChecksFollowTheMismatchOrder): each
+// check's mismatch name and the SQL condition under which it fails, over the
+// payout row b (every column NULL when there is none) and admitBooksSQL's
+// parameters. The first that holds names the refusal. Once not_found has not
+// held, every column of b is NOT NULL but claimed_by, hence IS DISTINCT FROM
+// there. The beneficiary is compared exactly, as stored: the books hold what the
+// executor presents, byte for byte.
+var booksChecks = []struct{ name, fails string }{
+	{lockapi.MismatchNotFound, "b.status IS NULL"},
+	{lockapi.MismatchNotClaimed, "b.status <> 'CLAIMED'"},
+	{lockapi.MismatchToken, "b.fence_token <> $2"},
+	{lockapi.MismatchOwner, "b.claimed_by IS DISTINCT FROM $4"},
+	{lockapi.MismatchAccount, "b.account_id <> $1"},
+	{lockapi.MismatchAmount, "b.amount_minor <> $6"},
+	{lockapi.MismatchCurrency, "b.currency <> $7"},
+	{lockapi.MismatchBeneficiary, "b.beneficiary <> $8"},
+}
+
+// admitBooksSQL is admitSQL with the books verdict (docs/contracts/books.md),
+// used when RAIL_PROXY_BOOKS_CHECK is on: still one statement, one round trip,
+// at READ COMMITTED. Its parameters are admitSQL's. In this order:
+//
+//   - mark: the account's mark row is locked and read (FOR UPDATE;
+//     MATERIALIZED, so it runs exactly once). READ COMMITTED gives the locked
+//     row's newest version: the value compared is the mark as it is now.
+//   - book: the payout row (payment-resource's payout table) is read without a
+//     lock: a lock would let one payout's holder stall every other submission
+//     that reads it.
+//   - verdict: the fence first — with fencing on, a token at or below the locked
+//     mark is FENCED whatever the books say — then the first failing books check
+//     (booksChecks).
+//   - fence: the pinned upsert of docs/contracts/database.md, verbatim but for
+//     its row coming from the verdict: it runs only for a submission that passes
+//     the books and was not fenced, so it stays the one statement that advances a
+//     mark, and no mark row is ever created for a submission the books refuse.
+//     An account with no mark row yet had nothing to lock: the upsert arbitrates
+//     it exactly as in admitSQL (a concurrent first admission's row makes it wait
+//     and compare), and with fencing on an upsert that returns no row is FENCED.
+//   - intent and refused: as in admitSQL; a submission the books refused leaves
+//     an UNBOOKED row, already resolved, and the mismatch comes back with it.
+//
+// The intent's gate reads the verdict, which reads the locked mark: in both
+// fencing modes the mark row's lock is taken before the first intent row is
+// formed (TestFenceRunsBeforeIntentInBothModes).
+var admitBooksSQL = booksStatement()
+
+func booksStatement() string {
+	var c strings.Builder
+	for _, k := range booksChecks {
+		fmt.Fprintf(&c, "\n                WHEN %s THEN '%s'", k.fails, k.name)
+	}
+	return `
+WITH mark AS MATERIALIZED (
+    SELECT highest_token FROM rail_high_water WHERE account_id = $1 FOR UPDATE
+), book AS MATERIALIZED (
+    SELECT status, fence_token, claimed_by, account_id, amount_minor, currency, beneficiary
+      FROM payout WHERE payout_id = $3
+), verdict AS MATERIALIZED (
+    SELECT m.highest_token AS mark,
+           coalesce($9::boolean AND m.highest_token >= $2, false) AS fenced,
+           CASE` + c.String() + `
+           END AS mismatch
+      FROM (SELECT 1) AS one
+      LEFT JOIN mark m ON true
+      LEFT JOIN book b ON true
+), fence AS (
+    INSERT INTO rail_high_water (account_id, highest_token, updated_at)
+    SELECT $1, $2, now() FROM verdict WHERE NOT fenced AND mismatch IS NULL
+    ON CONFLICT (account_id) DO UPDATE
+       SET highest_token = EXCLUDED.highest_token,
+           updated_at    = now()
+     WHERE rail_high_water.highest_token < EXCLUDED.highest_token
+    RETURNING highest_token
+), intent AS (
+    INSERT INTO rail_submission
+           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
+            interrupt_at)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond'
+     WHERE (SELECT NOT fenced AND mismatch IS NULL FROM verdict)
+       AND (SELECT count(*) FROM fence) >= CASE WHEN $9::boolean THEN 1 ELSE 0 END
+    ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
+    RETURNING submission_id, submitted_at
+), refused AS (
+    INSERT INTO rail_submission
+           (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
+            outcome, resolved_at)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8,
+           CASE WHEN v.fenced THEN 'FENCED'
+                WHEN v.mismatch IS NOT NULL THEN 'UNBOOKED'
+                WHEN EXISTS (SELECT FROM fence) OR NOT $9::boolean THEN 'DUPLICATE'
+                ELSE 'FENCED' END,
+           clock_timestamp()
+      FROM verdict v
+     WHERE NOT EXISTS (SELECT FROM intent)
+    RETURNING submission_id, submitted_at, outcome
+)
+SELECT EXISTS (SELECT FROM fence), i.submission_id, i.submitted_at, NULL::text, NULL::text, v.mark
+  FROM intent i, verdict v
+UNION ALL
+SELECT EXISTS (SELECT FROM fence), r.submission_id, r.submitted_at, r.outcome,
+       CASE WHEN r.outcome = 'UNBOOKED' THEN v.mismatch END, v.mark
+  FROM refused r, verdict v`
+}
+
 // markSQL reads the mark that fenced an attempt. It runs in the admission
 // transaction after the upsert, which locked the row even though it did not
 // update it, and READ COMMITTED gives the statement a fresh snapshot: the value is
@@ -241,12 +347,18 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing, b
 	if skipHeld {
 		b.Queue(skipHeldSQL)
 	}
-	b.Queue(admitSQL, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
+	q := admitSQL
+	if books {
+		q = admitBooksSQL
+	}
+	b.Queue(q, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
 		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds())
 	br := conn.SendBatch(ctx, b)
 	var (
-		a       Admission
-		outcome *string
+		a        Admission
+		outcome  *string
+		mismatch *string
+		mark     *int64
 	)
 	_, err := br.Exec()
 	if err == nil {
@@ -257,7 +369,11 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing, b
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&a.PassedFence, &a.SubmissionID, &a.SubmittedAt, &outcome)
+		if books {
+			err = br.QueryRow().Scan(&a.PassedFence, &a.SubmissionID, &a.SubmittedAt, &outcome, &mismatch, &mark)
+		} else {
+			err = br.QueryRow().Scan(&a.PassedFence, &a.SubmissionID, &a.SubmittedAt, &outcome)
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -275,9 +391,17 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing, b
 		a.Verdict = Admitted
 	case *outcome == lockapi.OutcomeFenced:
 		a.Verdict = Fenced
-		if err := conn.QueryRow(ctx, markSQL, sub.AccountID).Scan(&a.HighestToken); err != nil {
+		if mark != nil && *mark >= sub.Token {
+			// The books statement compared the token with the mark it locked.
+			a.HighestToken = *mark
+		} else if err := conn.QueryRow(ctx, markSQL, sub.AccountID).Scan(&a.HighestToken); err != nil {
 			return fail(fmt.Errorf("reading the mark: %w", err))
 		}
+	case *outcome == lockapi.OutcomeUnbooked:
+		if mismatch == nil {
+			return fail(errors.New("admission statement refused a submission as unbooked without naming the mismatch"))
+		}
+		a.Verdict, a.Mismatch = Unbooked, *mismatch
 	case *outcome == lockapi.OutcomeDuplicate:
 		a.Verdict = Duplicate
 		first, err := firstAttempt(ctx, conn, sub.PayoutID)
@@ -445,7 +569,7 @@ const MaxListPage = 100
 // one row past the page, which says whether there is a next page: the cost is the
 // page's, whatever the size of the table.
 const listSQL = `
-SELECT submission_id, payout_id, account_id, presented_token, owner_id, outcome,
+SELECT submission_id, payout_id, account_id, amount_minor, currency, beneficiary, presented_token, owner_id, outcome,
        rail_reference, decline_reason, submitted_at, resolved_at
   FROM rail_submission
  WHERE payout_id = $1 AND submission_id > $2
@@ -463,7 +587,7 @@ func (s *Store) List(ctx context.Context, payoutID string, after int64, limit in
 	out := []lockapi.Submission{}
 	for rows.Next() {
 		var r lockapi.Submission
-		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.PresentedToken, &r.OwnerID, &r.Outcome,
+		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.AmountMinor, &r.Currency, &r.Beneficiary, &r.PresentedToken, &r.OwnerID, &r.Outcome,
 			&r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("listing submissions: %w", err)
