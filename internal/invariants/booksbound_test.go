@@ -22,7 +22,8 @@ import (
 //	    whose beneficiary is written as people write IBANs (spaces, lower case);
 //	q4  token 5 TIMEOUT, AMBIGUOUS, settled NOT_PRESENTED: no line;
 //	q5  token 6 TIMEOUT, AMBIGUOUS, settled DECLINED from a DECLINED line;
-//	q6  PENDING, nothing presented.
+//	q6  PENDING, nothing presented;
+//	and a payout nobody created, presented and refused by the books (UNBOOKED).
 var booked = []string{
 	`INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary, status, fence_token, claimed_by, rail_reference, decline_reason) VALUES
 		('q1', 'acct-A', 1000, 'EUR', 'NL91ABNA0417164300', 'PAID', 2, 'exec-2', 'RS-1', NULL),
@@ -46,7 +47,8 @@ var booked = []string{
 		('q2', 'acct-A', 3, 'exec-1', 'q2:3', 2000, 'EUR', 'NL91ABNA0417164300', 'REJECTED', NULL, 'closed', now()),
 		('q3', 'acct-A', 4, 'exec-1', 'q3:4', 3000, 'EUR', 'NL91ABNA0417164300', 'TIMEOUT', NULL, NULL, now()),
 		('q4', 'acct-A', 5, 'exec-1', 'q4:5', 4000, 'EUR', 'NL91ABNA0417164300', 'TIMEOUT', NULL, NULL, now()),
-		('q5', 'acct-A', 6, 'exec-1', 'q5:6', 5000, 'EUR', 'NL91ABNA0417164300', 'TIMEOUT', NULL, NULL, now())`,
+		('q5', 'acct-A', 6, 'exec-1', 'q5:6', 5000, 'EUR', 'NL91ABNA0417164300', 'TIMEOUT', NULL, NULL, now()),
+		('evil', 'acct-A', 7, 'insider', 'evil:7', 99999999, 'EUR', 'EVIL-IBAN', 'UNBOOKED', NULL, NULL, now())`,
 	`INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, beneficiary, result, rail_reference, decline_reason) VALUES
 		(1, now(), 'q1', 'acct-A', 1000, 'EUR', 'NL91ABNA0417164300', 'ACCEPTED', 'RS-1', NULL),
 		(2, now(), 'q2', 'acct-A', 2000, 'EUR', 'NL91ABNA0417164300', 'DECLINED', NULL, 'closed'),
@@ -112,6 +114,9 @@ func TestBooksBoundHistoryHoldsInvariant8(t *testing.T) {
 	if got := of8(r); len(got) != 0 || !r.Held(8) {
 		t.Fatalf("invariant 8 findings in a booked history: %v", r.Violations)
 	}
+	if r.Submissions.Unbooked != 1 || r.Submissions.Admitted != 5 {
+		t.Errorf("submissions %+v, want the UNBOOKED row counted and not admitted", r.Submissions)
+	}
 	if !slices.ContainsFunc(r.Invariants, func(v Verdict) bool { return v.Invariant == 8 && v.Name == "Only the books move money" }) {
 		t.Fatalf("invariant 8 not judged: %+v", r.Invariants)
 	}
@@ -119,7 +124,7 @@ func TestBooksBoundHistoryHoldsInvariant8(t *testing.T) {
 	if err := r.WriteTable(&buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"8 Only the books move money", "ACKED/TIMEOUT rows no claim by their token and owner backs",
+	for _, want := range []string{"8 Only the books move money", "UNBOOKED (refused by the books, rail not called)", "ACKED/TIMEOUT rows no claim by their token and owner backs",
 		"payouts settled PAID without a matching ACCEPTED line"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())

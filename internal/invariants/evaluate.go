@@ -665,6 +665,8 @@ func (e *evaluation) count(r *Report) {
 		switch s.Outcome {
 		case "FENCED":
 			r.Submissions.Fenced++
+		case "UNBOOKED":
+			r.Submissions.Unbooked++
 		case "DUPLICATE":
 			r.Submissions.Duplicate++
 		case "ACKED":

@@ -103,6 +103,7 @@ type SubmissionCounts struct {
 	Total      int `json:"total"`
 	Admitted   int `json:"admitted"`
 	Fenced     int `json:"fenced"`
+	Unbooked   int `json:"unbooked"` // refused by the books (docs/contracts/books.md)
 	Duplicate  int `json:"duplicate"`
 	Acked      int `json:"acked"`
 	Rejected   int `json:"rejected"`

@@ -84,6 +84,7 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 	t.Row("    UNSENT", num(func(r Report) int { return r.Submissions.Unsent }))
 	t.Row("    unresolved", num(func(r Report) int { return r.Submissions.Unresolved }))
 	t.Row("  FENCED (refused at the gate, rail not called)", num(func(r Report) int { return r.Submissions.Fenced }))
+	t.Row("  UNBOOKED (refused by the books, rail not called)", num(func(r Report) int { return r.Submissions.Unbooked }))
 	t.Row("  DUPLICATE (payout already attempted)", num(func(r Report) int { return r.Submissions.Duplicate }))
 
 	for _, cur := range currencies(cols) {
