@@ -24,9 +24,22 @@ import (
 // transaction holds (those members come back deferred). The fence is its line
 // `v_passed[j] := v_marks[k] < p_token[i]`: the mark each member meets is its
 // account's as the group's earlier members left it, so the verdicts are those
-// of admitSQL one by one (TestGroupAdmissionEqualsOneByOne).
+// of admitSQL one by one (TestGroupAdmissionEqualsOneByOne). It is the group
+// statement with the books check off.
 const admitGroupSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
   FROM rail_admit_group_skip_locked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// admitGroupBooksSQL is the group statement with the books check on
+// (docs/contracts/books.md): paydb's rail_admit_group_books, defined in
+// internal/paydb/migrations/00010_rail_admit_group_books.sql, which is
+// rail_admit_group_skip_locked judging each member's payout row too — the fence
+// verdict first, then the first books check that fails (o_mismatch, in the
+// order of lockapi.BooksMismatchOrder) makes the member UNBOOKED and leaves
+// its mark where it was — exactly as the one-by-one books statement does
+// (TestGroupAdmissionEqualsOneByOne). Same arguments as admitGroupSQL.
+const admitGroupBooksSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark,
+       o_mismatch
+  FROM rail_admit_group_books($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // skipHeldSQL bounds, for the rest of the transaction, how long a statement
 // waits for a row another transaction holds: the bound rail_admit_group_skip_locked
@@ -71,16 +84,16 @@ func (s *Store) maxConns() int { return int(s.pool.Config().MaxConns) }
 // (each on its own connection, as Admit). It returns one result per member, in
 // subs' order, none Alone. ctx bounds everything, the waits for connections
 // included.
-func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing bool, interruptAfter time.Duration) []MemberResult {
+func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing, books bool, interruptAfter time.Duration) []MemberResult {
 	conn, err := s.acquire(ctx)
 	if err != nil {
 		return failAll(len(subs), &CommitError{Err: fmt.Errorf("waiting for a paydb connection: %w", err)})
 	}
-	out, _ := admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+	out, _ := admitGroupOn(ctx, conn.c, subs, fencing, books, interruptAfter)
 	conn.release()
 	for i := range out {
 		if out[i].Alone {
-			a, err := s.Admit(ctx, subs[i], fencing, false, interruptAfter)
+			a, err := s.Admit(ctx, subs[i], fencing, books, interruptAfter)
 			out[i] = MemberResult{Admission: a, Err: err}
 		}
 	}
@@ -123,9 +136,9 @@ func allAlone(n int) []MemberResult {
 // on its own, within its own bound rather than what is left of another's;
 // fellBack is then the failure. Any other failure before COMMIT (paydb cannot
 // take work) fails every member: nothing was written.
-func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
+func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fencing, books bool, interruptAfter time.Duration) (_ []MemberResult, fellBack error) {
 	if len(subs) == 1 {
-		a, err := admitOn(ctx, conn, subs[0], fencing, false, interruptAfter, true)
+		a, err := admitOn(ctx, conn, subs[0], fencing, books, interruptAfter, true)
 		if lockNotAvailable(err) {
 			return allAlone(1), nil
 		}
@@ -158,7 +171,11 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(dbconn.RaiseSyncCommitSQL)
-	b.Queue(admitGroupSQL, accounts, tokens, payouts, owners, idems, amounts, currencies, beneficiaries,
+	sql := admitGroupSQL
+	if books {
+		sql = admitGroupBooksSQL
+	}
+	b.Queue(sql, accounts, tokens, payouts, owners, idems, amounts, currencies, beneficiaries,
 		fencing, interruptAfter.Milliseconds())
 	br := conn.SendBatch(ctx, b)
 	out := make([]MemberResult, n)
@@ -168,7 +185,7 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = scanGroup(br, out)
+		err = scanGroup(br, out, books)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -202,8 +219,9 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 	return out, nil
 }
 
-// scanGroup reads the group statement's rows into out, by ordinal.
-func scanGroup(br pgx.BatchResults, out []MemberResult) error {
+// scanGroup reads the group statement's rows into out, by ordinal; with books,
+// the rows of admitGroupBooksSQL, which carry the mismatch.
+func scanGroup(br pgx.BatchResults, out []MemberResult, books bool) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
@@ -219,8 +237,18 @@ func scanGroup(br pgx.BatchResults, out []MemberResult) error {
 			outcome  *string
 			passed   *bool
 			mark     *int64
+			mismatch string
 		)
-		if err := rows.Scan(&ord, &deferred, &id, &at, &outcome, &passed, &mark); err != nil {
+		if books {
+			// Declared here, so that only the books path pays for scanning it.
+			var mm *string
+			if err := rows.Scan(&ord, &deferred, &id, &at, &outcome, &passed, &mark, &mm); err != nil {
+				return err
+			}
+			if mm != nil {
+				mismatch = *mm
+			}
+		} else if err := rows.Scan(&ord, &deferred, &id, &at, &outcome, &passed, &mark); err != nil {
 			return err
 		}
 		if ord < 1 || int(ord) > len(out) {
@@ -246,6 +274,12 @@ func scanGroup(br pgx.BatchResults, out []MemberResult) error {
 			a.HighestToken = *mark
 		case *outcome == lockapi.OutcomeDuplicate:
 			a.Verdict = Duplicate
+		case books && *outcome == lockapi.OutcomeUnbooked:
+			a.Verdict = Unbooked
+			if mismatch == "" {
+				return errors.New("group admission refused a submission unbooked without naming the mismatch")
+			}
+			a.Mismatch = mismatch
 		default:
 			return fmt.Errorf("group admission returned outcome %q", *outcome)
 		}
@@ -352,6 +386,6 @@ func (s *Store) ResolveGroup(ctx context.Context, res []resolution) ([]bool, err
 }
 
 // admitGroupConn is AdmitGroup on a connection the dispatcher holds.
-func (s *Store) admitGroupConn(ctx context.Context, conn dbConn, subs []Submission, fencing bool, interruptAfter time.Duration) ([]MemberResult, error) {
-	return admitGroupOn(ctx, conn.c, subs, fencing, interruptAfter)
+func (s *Store) admitGroupConn(ctx context.Context, conn dbConn, subs []Submission, fencing, books bool, interruptAfter time.Duration) ([]MemberResult, error) {
+	return admitGroupOn(ctx, conn.c, subs, fencing, books, interruptAfter)
 }

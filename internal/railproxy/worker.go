@@ -99,7 +99,7 @@ func (a *admitter) admitGroupGuarded(ctx context.Context, conn dbConn, subs []Su
 		a.hooks.admitGroup(subs)
 	}
 	sent = true
-	res, fellBack = a.store.admitGroupConn(ctx, conn, subs, a.fencing, a.interruptAfter)
+	res, fellBack = a.store.admitGroupConn(ctx, conn, subs, a.fencing, a.books, a.interruptAfter)
 	if a.hooks != nil && a.hooks.admitted != nil {
 		a.hooks.admitted(subs, res)
 	}
