@@ -96,8 +96,9 @@ func BeneficiaryKey(s string) string {
 func SameBeneficiary(a, b string) bool { return BeneficiaryKey(a) == BeneficiaryKey(b) }
 
 // BeneficiaryKeySQL is BeneficiaryKey in PostgreSQL, over the text expression
-// expr: translate drops the space (it has no counterpart in the second list) and
-// maps a–z to A–Z, whatever the database's collation.
+// expr: translate maps a–z to A–Z position by position, whatever the database's
+// collation, and drops the space, which is last in the first list and so has no
+// counterpart in the second.
 func BeneficiaryKeySQL(expr string) string {
-	return "translate(" + expr + ", ' abcdefghijklmnopqrstuvwxyz', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ')"
+	return "translate(" + expr + ", 'abcdefghijklmnopqrstuvwxyz ', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ')"
 }
