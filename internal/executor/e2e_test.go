@@ -87,7 +87,13 @@ func TestEndToEndEveryPayoutPaidOnce(t *testing.T) {
 // its lease expires.
 func staleSetup(t *testing.T, prefix string, extra int) (st stackT, a *runningExecutor, gateA *gate, p string, t1 int64) {
 	t.Helper()
-	s, _ := startStack(t, nil)
+	return staleSetupOn(t, nil, prefix, extra)
+}
+
+// staleSetupOn is staleSetup on a system started with env.
+func staleSetupOn(t *testing.T, env map[string]map[string]string, prefix string, extra int) (st stackT, a *runningExecutor, gateA *gate, p string, t1 int64) {
+	t.Helper()
+	s, _ := startStack(t, env)
 	ps := createPayouts(t, s, prefix, 1+extra, 1) // one account; P is the oldest
 	p = ps[0].PayoutID
 	gateA = newGate(p)
@@ -169,9 +175,14 @@ func TestStaleWriterWakesAfterNewHolderSubmitted(t *testing.T) {
 
 // A wakes before B submits. A's submission reaches the
 // rail; B gets DUPLICATE_SUBMISSION and adopts the first outcome.
+//
+// rail-proxy's books check is off here: this is what the fence and the
+// duplicate check alone make of a superseded holder. With the books on, A's
+// submission is refused NOT_IN_BOOKS (token) — P is claimed under B's token —
+// and never reaches the rail (TestNotInBooksForANewerClaimIsFencedOut).
 func TestStaleWriterWakesBeforeNewHolderSubmits(t *testing.T) {
 	t.Parallel()
-	st, a, gateA, p, t1 := staleSetup(t, "s2", 0)
+	st, a, gateA, p, t1 := staleSetupOn(t, booksOff, "s2", 0)
 
 	// B re-claims P through the reconcile pass, finds nothing on record, and
 	// freezes right before its own submission.

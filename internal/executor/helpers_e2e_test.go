@@ -36,9 +36,10 @@ func TestMain(m *testing.M) {
 
 // logTail keeps the last lines written to it, for a failing test's report.
 type logTail struct {
-	mu    sync.Mutex
-	lines []string
-	part  []byte
+	mu     sync.Mutex
+	lines  []string
+	part   []byte
+	events map[string]int // lines per "event" value, over the whole run
 }
 
 const tailLines = 400
@@ -52,8 +53,17 @@ func (l *logTail) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		l.lines = append(l.lines, string(l.part[:i]))
+		line := string(l.part[:i])
+		l.lines = append(l.lines, line)
 		l.part = l.part[i+1:]
+		if _, rest, ok := strings.Cut(line, `"event":"`); ok {
+			if ev, _, ok := strings.Cut(rest, `"`); ok {
+				if l.events == nil {
+					l.events = map[string]int{}
+				}
+				l.events[ev]++
+			}
+		}
 		if len(l.lines) > 2*tailLines {
 			l.lines = append([]string(nil), l.lines[len(l.lines)-tailLines:]...)
 		}
@@ -69,6 +79,14 @@ func (l *logTail) String() string {
 		lines = lines[len(lines)-tailLines:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// events counts the lines logged with event ev since the start, however many
+// lines the tail has dropped.
+func (l *logTail) eventCount(ev string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.events[ev]
 }
 
 // contains reports whether a line has every one of the fragments.
