@@ -145,7 +145,7 @@ func TestHealthMetricsAndShortLeaseWarning(t *testing.T) {
 func TestStopFinishesTheSubmissionInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t)})
+	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t), Env: scriptedRail})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"lock.dev/lockapi"
 )
@@ -31,8 +30,7 @@ func TestVerdictNeverPostsUnstorableText(t *testing.T) {
 		{"RAIL_REJECTED with a control character in the reason", scriptedProxy{submit: problemAnswer(422, lockapi.CodeRailRejected,
 			map[string]any{"submissionId": 1, "declineReason": "limit\u0001"})}},
 		{"DUPLICATE whose first reference has a C1 control", scriptedProxy{submit: problemAnswer(409, lockapi.CodeDuplicateSubmission,
-			map[string]any{"submissionId": 9, "firstSubmissionId": 2, "firstSubmittedAt": time.Now().UTC(),
-				"firstOutcome": "ACKED", "firstRailReference": "RS-\u0085"})}},
+			dupeMembers("ACKED", "RS-\u0085", nil))}},
 		{"no answer, trail ACKED with a tab in the reference", scriptedProxy{submit: hangUp,
 			trail: []lockapi.Submission{row(1, token, "ACKED", "RS\t9", "")}}},
 		{"no answer, trail REJECTED with a reason over 140 characters", scriptedProxy{submit: hangUp,
