@@ -37,8 +37,11 @@ import (
 // verified, every attempt is refused before anything is written or forwarded.
 //
 // Both columns run on a system of their own (fresh databases on the demo's
-// cluster), with fencing on, after the same honest warm-up; they differ only in
-// whether rail-proxy and payment-resource are given lock-server's key set.
+// cluster), with fencing on, after the same honest warm-up; they differ in
+// whether rail-proxy and payment-resource are given lock-server's key set. The
+// column without it runs without the books checks too (docs/contracts/books.md),
+// so that it shows what signed grants alone prevent: with the books checked, the
+// rogue's made-up payout would be refused as not in the books whatever its token.
 const (
 	attackVictim   = "acct-01"
 	attackOther    = "acct-02"
@@ -102,9 +105,10 @@ func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, er
 	}
 	if !t.verified {
 		// lock-server still signs (the rogue has real grants to replay); the
-		// fence points are not given the key set.
-		delete(env, "rail-proxy")
-		delete(env, "payment-resource")
+		// fence points are not given the key set, and check nothing against the
+		// books.
+		env["rail-proxy"] = map[string]string{"RAIL_PROXY_BOOKS_CHECK": "false"}
+		env["payment-resource"] = map[string]string{"PAYMENT_BOOKS_CHECK": "false"}
 	}
 	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log,
 		Env: stack.MergeEnv(env, map[string]map[string]string{"rail-stub": {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10)}})})
@@ -113,7 +117,7 @@ func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, er
 	}
 	defer st.Close()
 	a := &attack{st: st, pc: payment.NewClient(st.PaymentURL), cfg: cfg, log: t.log}
-	res := &AttackResult{GrantsVerified: t.verified, Account: attackVictim}
+	res := &AttackResult{GrantsVerified: t.verified, BooksChecked: t.verified, Account: attackVictim}
 
 	// Warm-up: an honest executor pays one payout of each account, so the victim
 	// has a mark and lock-server has granted real tokens.
@@ -195,6 +199,8 @@ type attack struct {
 	pc  *payment.Client
 	cfg Config
 	log io.Writer
+
+	execURL string // the honest executor's metrics and health, while honestPhase runs
 }
 
 func (a *attack) create(ctx context.Context, id, account string, amount int64) error {
@@ -240,25 +246,13 @@ func (a *attack) state(ctx context.Context, id string) (PayoutState, error) {
 }
 
 // honestPhase runs one honest executor until done holds or attackPhase passes.
+// While it runs, execURL is its metrics' base URL.
 func (a *attack) honestPhase(ctx context.Context, done func(context.Context) bool) error {
-	ln, err := stack.Listener()
+	cfg, err := a.honestExecutor() // insider.go
 	if err != nil {
 		return err
 	}
-	cfg := executor.DefaultConfig()
-	urls := a.st.ServiceURLs()
-	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = urls["LOCK_SERVER_URL"], urls["PAYMENT_RESOURCE_URL"], urls["RAIL_PROXY_URL"]
-	cfg.OwnerID = attackOwner
-	cfg.Workers = 1
-	cfg.LeaseTTL = a.cfg.LeaseTTL
-	cfg.PollInterval = 50 * time.Millisecond
-	cfg.ReconcileInterval = 500 * time.Millisecond
-	cfg.Listener = ln
-	cfg.LogOutput = a.log
-	if err := cfg.Validate(); err != nil {
-		_ = ln.Close()
-		return err
-	}
+	a.execURL = "http://" + cfg.Listener.Addr().String()
 	ectx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var runErr error
@@ -327,36 +321,48 @@ func (a *attack) variants(ctx context.Context) ([]variant, error) {
 // units to EVIL, with the huge token.
 func (a *attack) rogueSubmit(ctx context.Context, payoutID string, token int64, grants []string, v variant) AttackAttempt {
 	at := AttackAttempt{Service: "rail-proxy", Variant: v.name, Token: token, Want: v.reason}
-	body, _ := json.Marshal(lockapi.SubmissionRequest{PayoutID: payoutID, AccountID: attackVictim,
-		AmountMinor: rogueAmount, Currency: "EUR", Beneficiary: rogueBenef})
+	status, p, err := a.submit(ctx, lockapi.SubmissionRequest{PayoutID: payoutID, AccountID: attackVictim,
+		AmountMinor: rogueAmount, Currency: "EUR", Beneficiary: rogueBenef}, token, rogueOwner, grants)
+	switch {
+	case err != nil:
+		at.Code = "NO_ANSWER"
+	case p != nil:
+		at.Status, at.Code = status, p.Code
+		_, _ = p.Member("reason", &at.Reason)
+	default:
+		at.Status = status
+	}
+	return at
+}
+
+// submit presents body to rail-proxy with token, owner and grants, as an
+// executor does, and returns the answer's status and problem (nil on success).
+func (a *attack) submit(ctx context.Context, body lockapi.SubmissionRequest, token int64, owner string, grants []string) (int, *lockapi.Problem, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, a.st.ProxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(body)))
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, a.st.ProxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(b)))
 	if err != nil {
-		at.Code = "CLIENT_ERROR"
-		return at
+		return 0, nil, err
 	}
-	req.ContentLength = int64(len(body))
+	req.ContentLength = int64(len(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
-	req.Header.Set(lockapi.HeaderOwnerID, rogueOwner)
-	req.Header.Set(lockapi.HeaderIdempotencyKey, payoutID+":"+strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderOwnerID, owner)
+	req.Header.Set(lockapi.HeaderIdempotencyKey, body.PayoutID+":"+strconv.FormatInt(token, 10))
 	for _, g := range grants {
 		req.Header.Add(lockapi.HeaderFencingGrant, g)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		at.Code = "NO_ANSWER"
-		return at
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := lockapi.ReadAllLimited(resp.Body, 1<<20)
-	at.Status = resp.StatusCode
-	if p := lockapi.ReadProblem(resp, b); p != nil {
-		at.Code = p.Code
-		_, _ = p.Member("reason", &at.Reason)
-	}
-	return at
+	rb, _ := lockapi.ReadAllLimited(resp.Body, 1<<20)
+	return resp.StatusCode, lockapi.ReadProblem(resp, rb), nil
 }
 
 // rogueClaim claims the victim's pending payout at payment-resource with the

@@ -61,9 +61,12 @@ func (p PayoutState) String() string {
 
 // AttackResult is one column of the attack.
 type AttackResult struct {
-	GrantsVerified bool            `json:"grantsVerified"`
-	Account        string          `json:"account"`
-	Attempts       []AttackAttempt `json:"attempts"`
+	GrantsVerified bool `json:"grantsVerified"`
+	// BooksChecked: rail-proxy and payment-resource checked the moves against
+	// the books; only where grants are verified (see runAttack).
+	BooksChecked bool            `json:"booksChecked"`
+	Account      string          `json:"account"`
+	Attempts     []AttackAttempt `json:"attempts"`
 	// RogueRailCalls are the calls the rail received for the rogue's made-up
 	// payouts, and RogueAcceptedMinor what it accepted of them.
 	RogueRailCalls     int   `json:"rogueRailCalls"`
@@ -114,7 +117,8 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 		"(%d … %d): to rail-proxy a payout nobody created, %d EUR\n"+
 		"minor units to %s; to payment-resource a claim of %s's pending payout %s. Each column is\n"+
 		"a system of its own, fencing on, after an honest executor paid one payout per account; they\n"+
-		"differ only in whether rail-proxy and payment-resource verify lock-server's grants (docs/contracts/signed-grants.md):\n\n",
+		"differ in whether rail-proxy and payment-resource verify lock-server's grants (docs/contracts/signed-grants.md);\n"+
+		"the column without verification checks nothing against the books either, to show what grants alone prevent:\n\n",
 		attackVictim, lockapi.MaxInt64-4, lockapi.MaxInt64, rogueAmount, rogueBenef, attackVictim, attackTarget)
 	head := []string{}
 	for _, c := range cols {
@@ -125,6 +129,11 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 		}
 	}
 	t := invariants.Table{Head: head}
+	books := make([]string, len(cols))
+	for i, c := range cols {
+		books[i] = yesNo(c.BooksChecked)
+	}
+	t.Row("the books checked (RAIL_PROXY_BOOKS_CHECK, PAYMENT_BOOKS_CHECK)", books)
 	for _, service := range []string{"rail-proxy", "payment-resource"} {
 		t.Row(map[string]string{"rail-proxy": "rail-proxy, submission with", "payment-resource": "payment-resource, claim with"}[service], nil)
 		for i, a := range cols[0].Attempts {

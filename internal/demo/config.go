@@ -31,7 +31,8 @@ type Config struct {
 	// Grants: lock-server signs every grant and rail-proxy and payment-resource
 	// verify them (docs/contracts/signed-grants.md), in the runs. Attack: after the
 	// runs, a rogue client with no lease presents a huge token, with and without
-	// verification.
+	// verification, and an insider with genuine leases makes moves the books never
+	// made, with and without the books checks (docs/contracts/books.md).
 	Grants bool
 	Attack bool
 	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
@@ -149,7 +150,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Fencing, "fencing", cfg.Fencing, "RAIL_PROXY_FENCING_ENABLED for a single run (given alone, turns --compare off)")
 	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
 	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (docs/contracts/signed-grants.md) in the runs")
-	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not (needs the throwaway PostgreSQL)")
+	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not, and an insider with genuine leases makes moves the books never made, with the books checked and not (needs the throwaway PostgreSQL)")
 	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
@@ -169,9 +170,12 @@ Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail
 seeds payouts, runs executors with stale-writer pauses, a slow and lossy rail and a
 rail-proxy crash, then checks the invariants from ground truth. By default it runs the
 same seeded scenario twice, with fencing on and off, with grants signed and verified
-(docs/contracts/signed-grants.md), and then shows a rogue client's made-up token refused with grants verified and
-admitted without. Exit status 0 only when every invariant held in the fenced run and
-every rogue attempt was refused. See docs/lockdemo.md.
+(docs/contracts/signed-grants.md); the fenced run checks every move against the books
+(docs/contracts/books.md), the fencing-off run checks neither fence nor books. Then it
+shows a rogue client's made-up token refused with grants verified and admitted without,
+and an insider's moves with genuine leases refused with the books checked and made
+without. Exit status 0 only when every invariant held in the fenced run, and every rogue
+attempt and insider move was refused. See docs/lockdemo.md.
 
 usage: lockdemo [flags]
 

@@ -30,7 +30,9 @@ import (
 // Main is lockdemo's whole command line: it parses args, runs, writes the report
 // to stdout and progress to stderr, and returns the exit status: 0 only when every
 // invariant held in the fenced run (or, for a single --fencing=false run, in that
-// run), 1 otherwise or on failure, 2 for a usage error.
+// run) and, with --attack, every rogue and insider attempt was refused where
+// grants are verified and the books checked; 1 otherwise or on failure, 2 for a
+// usage error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := ParseArgs(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
@@ -59,8 +61,12 @@ type Output struct {
 	// Attack is the rogue client's attempts, with grants verified and not
 	// (docs/contracts/signed-grants.md).
 	Attack []*AttackResult `json:"attack,omitempty"`
+	// Insider is an insider's moves with genuine leases, with the books checked
+	// and not (docs/contracts/books.md).
+	Insider []*InsiderResult `json:"insider,omitempty"`
 	// OK is the exit status's verdict: every invariant held in the fenced run,
-	// and every rogue attempt was refused with grants verified.
+	// every rogue attempt was refused with grants verified, and every insider
+	// move with the books checked.
 	OK      bool   `json:"ok"`
 	LogPath string `json:"logPath"`
 }
@@ -150,7 +156,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		t := targets[i]
 		t.log, t.progress = logFile, p
 		t.keysDir = filepath.Join(keysRoot, "run-fencing-"+onOff(on))
-		p.say("run %d of %d: fencing %s (RAIL_PROXY_FENCING_ENABLED=%t)", i+1, len(settings), onOff(on), on)
+		p.say("run %d of %d: fencing %s, books checks %s (RAIL_PROXY_FENCING_ENABLED=%t, RAIL_PROXY_BOOKS_CHECK=%t, PAYMENT_BOOKS_CHECK=%t)",
+			i+1, len(settings), onOff(on), onOff(on), on, on, on)
 		r, err := runScenario(ctx, cfg, on, t)
 		if err != nil {
 			return false, fmt.Errorf("run with fencing %s: %w", onOff(on), err)
@@ -160,20 +167,24 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 	}
 
 	var attacks []*AttackResult
+	var insiders []*InsiderResult
 	if cfg.Attack && cluster != nil {
 		if attacks, err = runAttacks(ctx, cluster, cfg, keysRoot, logFile, p); err != nil {
 			return false, err
 		}
+		if insiders, err = runInsiders(ctx, cluster, cfg, keysRoot, logFile, p); err != nil { // insider.go
+			return false, err
+		}
 	}
-	ok := verdict(runs) && attackVerdict(attacks) && failoverVerdict(cfg, runs)
+	ok := verdict(runs) && attackVerdict(attacks) && insiderVerdict(insiders) && failoverVerdict(cfg, runs)
 	if cfg.JSON {
-		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, OK: ok, LogPath: logPath}
+		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, Insider: insiders, OK: ok, LogPath: logPath}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return false, err
 		}
-	} else if err := writeReport(stdout, cfg, runs, attacks, ok, logPath); err != nil {
+	} else if err := writeReport(stdout, cfg, runs, attacks, insiders, ok, logPath); err != nil {
 		return false, err
 	}
 	if cfg.Keep {
@@ -251,21 +262,23 @@ func settingsOf(cfg Config) Settings {
 }
 
 // writeReport is the human report: the settings, the table, the verdict.
-func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResult, ok bool, logPath string) error {
+func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResult, insiders []*InsiderResult, ok bool, logPath string) error {
 	cols := make([]invariants.Column, len(runs))
 	extra := []invariants.Row{
+		{Label: "the fence checked at the gate (RAIL_PROXY_FENCING_ENABLED)"},
+		{Label: "the books checked at the gate (RAIL_PROXY_BOOKS_CHECK)"},
+		{Label: "the books checked at post and settle (PAYMENT_BOOKS_CHECK)"},
+		{Label: "grants signed and verified"},
 		{Label: "wall time"}, {Label: "every payout settled in time"}, {Label: "executor pauses (stale-writer makers)"},
 		{Label: "rail-proxy crashes (SIGKILL, restart)"}, {Label: "slow-rail windows (latency > read timeout)"},
-		{Label: "grants signed and verified"},
 	}
 	for i, r := range runs {
 		cols[i] = invariants.Column{Title: "fencing " + onOff(r.Fencing), Report: r.Report}
-		extra[0].Values = append(extra[0].Values, fmt.Sprintf("%.1fs", r.Elapsed.Seconds()))
-		extra[1].Values = append(extra[1].Values, yesNo(r.Settled))
-		extra[2].Values = append(extra[2].Values, strconv.FormatInt(r.Pauses, 10))
-		extra[3].Values = append(extra[3].Values, strconv.Itoa(r.Crashes))
-		extra[4].Values = append(extra[4].Values, strconv.Itoa(r.SlowWindows))
-		extra[5].Values = append(extra[5].Values, yesNo(r.Grants))
+		for j, v := range []string{yesNo(r.Fencing), yesNo(r.BooksChecked), yesNo(r.BooksChecked), yesNo(r.Grants),
+			fmt.Sprintf("%.1fs", r.Elapsed.Seconds()), yesNo(r.Settled), strconv.FormatInt(r.Pauses, 10),
+			strconv.Itoa(r.Crashes), strconv.Itoa(r.SlowWindows)} {
+			extra[j].Values = append(extra[j].Values, v)
+		}
 	}
 	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
 		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s,\n"+
@@ -280,6 +293,11 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 		if !r.Fencing {
 			fmt.Fprintf(w, "With fencing off the gate admitted %d stale submissions: a holder whose lease had\n"+
 				"expired still reached the rail after a newer token had been admitted.\n", r.Report.Count(invariants.CheckStaleAdmission))
+			if !r.BooksChecked {
+				fmt.Fprintln(w, "The fencing-off run checks nothing against the books either: it shows what the fence alone\n"+
+					"prevents. With the books checked, a superseded holder presenting a payout a newer holder has\n"+
+					"re-claimed is refused by the books (NOT_IN_BOOKS, mismatch token) even with fencing off.")
+			}
 		}
 	}
 	writeBooks(w, runs) // books.go
@@ -287,18 +305,23 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 		"front of a memoryless rail can order calls in flight, nor fence a token before the newer one\n"+
 		"reaches it. docs/lockdemo.md explains every row.")
 	writeAttack(w, attacks)
-	writeFailover(w, runs) // failover.go
+	writeInsider(w, insiders) // insider.go
+	writeFailover(w, runs)    // failover.go
 	switch {
 	case ok && cfg.Failover:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, across a failover of paydb and lockdb.")
 	case !failoverVerdict(cfg, runs):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — the run ended before the failover (see --max-duration).")
 	case ok && len(attacks) > 0:
-		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, and every rogue attempt was refused with grants verified.")
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing and the books checked, every rogue attempt was\n"+
+			"refused with grants verified, and every insider move was refused with the books checked.")
 	case ok:
-		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on.")
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing and the books checked.")
 	case !attackVerdict(attacks):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — a rogue attempt was not refused with grants verified (see the attack above).")
+	case !insiderVerdict(insiders):
+		fmt.Fprintln(w, "\nVERDICT: FAIL — an insider move was not refused with the books checked, or invariant 8 broke\n"+
+			"there (see the insider section above).")
 	default:
 		fmt.Fprintln(w, "\nVERDICT: FAIL — an invariant did not hold in the run that decides the exit status (see violations above).")
 	}

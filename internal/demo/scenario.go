@@ -21,14 +21,19 @@ import (
 
 // Result is one finished run of the scenario.
 type Result struct {
-	Fencing     bool          `json:"fencingEnabled"`
-	Grants      bool          `json:"grantsVerified"` // lock-server signs, both fence points verify
-	Elapsed     time.Duration `json:"-"`
-	ElapsedMs   int64         `json:"elapsedMs"`
-	Settled     bool          `json:"settled"` // every payout reached a final state within --max-duration
-	Pauses      int64         `json:"executorPauses"`
-	Crashes     int           `json:"proxyCrashes"`
-	SlowWindows int           `json:"slowRailWindows"`
+	Fencing bool `json:"fencingEnabled"`
+	// BooksChecked: rail-proxy and payment-resource checked every move against
+	// the books (RAIL_PROXY_BOOKS_CHECK, PAYMENT_BOOKS_CHECK;
+	// docs/contracts/books.md). On in the fenced run, as users run the system;
+	// off in the fencing-off run, which shows what the fence alone prevents.
+	BooksChecked bool          `json:"booksChecked"`
+	Grants       bool          `json:"grantsVerified"` // lock-server signs, both fence points verify
+	Elapsed      time.Duration `json:"-"`
+	ElapsedMs    int64         `json:"elapsedMs"`
+	Settled      bool          `json:"settled"` // every payout reached a final state within --max-duration
+	Pauses       int64         `json:"executorPauses"`
+	Crashes      int           `json:"proxyCrashes"`
+	SlowWindows  int           `json:"slowRailWindows"`
 	// ReconcilerWaitMs is how long the run waited, after the executors stopped,
 	// for the reconciler's final pass (the settle window, then one pass).
 	ReconcilerWaitMs int64 `json:"reconcilerWaitMs"`
@@ -89,7 +94,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
-	run := &Result{Fencing: fencing, Grants: cfg.Grants, stack: s.st}
+	run := &Result{Fencing: fencing, BooksChecked: s.books(), Grants: cfg.Grants, stack: s.st}
 	keep := false
 	defer func() {
 		if !keep {
@@ -158,7 +163,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	run.SlowWindows = int(s.slowWindows.Load())
 	run.ReconcilerWaitMs = waited.Milliseconds()
 	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true, Reconciled: true,
-		IssuedRecorded: h.Issued != nil})
+		IssuedRecorded: h.Issued != nil, BooksBound: true})
 	if cfg.Keep {
 		keep = true
 		run.URLs = map[string]string{
@@ -173,6 +178,14 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	}
 	return run, nil
 }
+
+// books says whether the run checks every move against the books
+// (docs/contracts/books.md): with fencing on, as users run the system. The
+// fencing-off run turns the books checks off too, so that it shows what the fence
+// alone prevents: with them on, a superseded holder presenting a payout a newer
+// holder has re-claimed would be refused by the books (mismatch token) whatever
+// the fencing switch says.
+func (s *scenario) books() bool { return s.fencing }
 
 // start brings the system up with the demo's settings (the variable names of
 // docs/contracts/configuration.md).
@@ -194,9 +207,16 @@ func (s *scenario) start(ctx context.Context) error {
 	opts.Env = stack.MergeEnv(grants, map[string]map[string]string{
 		"rail-proxy": {
 			"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
+			"RAIL_PROXY_BOOKS_CHECK":       strconv.FormatBool(s.books()),
 			"RAIL_READ_TIMEOUT":            c.RailReadTimeout.String(),
 			"RAIL_CONNECT_TIMEOUT":         c.RailConnectTimeout.String(),
 			"RAIL_PROXY_INTERRUPTED_AFTER": c.InterruptedAfter().String(),
+		},
+		"payment-resource": {
+			"PAYMENT_BOOKS_CHECK": strconv.FormatBool(s.books()),
+			// As the reconciler's window (books.go): a NOT_PRESENTED settle needs the
+			// statement read this long past the attempt.
+			"PAYMENT_SETTLE_AFTER": c.SettleAfter().String(),
 		},
 		"rail-stub": {
 			"RAIL_STUB_SEED":         strconv.FormatInt(c.Seed, 10),

@@ -76,6 +76,11 @@ func TestFencedScenarioHoldsEveryInvariant(t *testing.T) {
 	if r.Report.Count(invariants.CheckStaleAdmission) != 0 {
 		t.Error("a stale admission with fencing on")
 	}
+	// The fenced run checks the books, as users run the system, and invariant 8
+	// is judged: only the books moved money.
+	if !r.BooksChecked || !slices.ContainsFunc(r.Report.Invariants, func(v invariants.Verdict) bool { return v.Invariant == 8 && v.Held }) {
+		t.Errorf("books checked %t; invariant 8 not judged and held: %+v", r.BooksChecked, r.Report.Invariants)
+	}
 	// The reconciler's final pass closed the books (invariant 7).
 	if rec := r.Report.Reconciliation; !r.Report.Held(7) || rec == nil || rec.AmbiguousLeft != 0 || rec.ExceptionTotal() != 0 ||
 		r.Report.Payouts.Ambiguous != 0 {
@@ -110,6 +115,12 @@ func TestUnfencedScenarioAdmitsStaleHolders(t *testing.T) {
 	}
 	if r.Report.Submissions.Fenced != 0 || r.Report.Count(invariants.CheckFencingSwitch) != 0 {
 		t.Error("the switch did not bypass the fence: FENCED rows with fencing off")
+	}
+	// What the fence alone prevents: the books are not checked either, so no
+	// superseded holder is refused by them.
+	if r.BooksChecked || r.Report.Submissions.Unbooked != 0 {
+		t.Errorf("books checked %t, %d UNBOOKED rows: the fencing-off run must check neither fence nor books",
+			r.BooksChecked, r.Report.Submissions.Unbooked)
 	}
 }
 
