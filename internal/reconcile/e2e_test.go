@@ -230,8 +230,8 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 	for _, c := range calls {
 		if n := e.count(t, `SELECT count(*) FROM rail_statement_line WHERE seq = $1 AND reference = $2 AND account_id = $3
 			AND amount_minor = $4 AND currency = $5 AND result = $6 AND rail_reference IS NOT DISTINCT FROM nullif($7, '')
-			AND decline_reason IS NOT DISTINCT FROM nullif($8, '')`,
-			c.Seq, c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Result, c.RailReference, c.Reason); n != 1 {
+			AND decline_reason IS NOT DISTINCT FROM nullif($8, '') AND beneficiary = $9`,
+			c.Seq, c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Result, c.RailReference, c.Reason, c.Beneficiary); n != 1 {
 			t.Errorf("call %d is not copied as it is: %+v", c.Seq, c)
 		}
 	}

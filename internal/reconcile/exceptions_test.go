@@ -50,19 +50,29 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 	direct("p-amount", "acct-3", 301)
 	// UNKNOWN_REFERENCE: a payment for no payout (seq 6).
 	direct("nobody-1", "acct-9", 999)
-	// PAID_WITHOUT_LINE: booked PAID, never presented.
-	if _, err := e.payments.Create(ctx, payoutReq("p-ghost", "acct-4", 400)); err != nil {
-		t.Fatal(err)
+	// BENEFICIARY_MISMATCH: an AMBIGUOUS payout whose only line (seq 7) paid
+	// someone else; it must stay AMBIGUOUS.
+	if got := e.drive(t, e.blackholeProxy(t), payoutReq("p-benef", "acct-5", 500)); got != lockapi.StatusAmbiguous {
+		t.Fatalf("p-benef posted %s", got)
 	}
-	if _, err := e.payments.Claim(ctx, "p-ghost", 1, "ghost"); err != nil {
-		t.Fatal(err)
+	if reply, err := e.st.Stub.Pay(ctx, railstub.PaymentRequest{Reference: "p-benef", AccountID: "acct-5", AmountMinor: 500,
+		Currency: "EUR", Beneficiary: "GB29NWBK60161331926819"}); err != nil || reply.Status != railstub.ResultAccepted {
+		t.Fatalf("direct call for p-benef: %+v %v", reply, err)
 	}
-	if _, err := e.payments.Post(ctx, "p-ghost", 1, "ghost", lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: ptr("RS-GHOST")}); err != nil {
-		t.Fatal(err)
+	// PAID_WITHOUT_LINE: a rail that said ACCEPTED and never booked the payment:
+	// PAID as the audit trail recorded it, and no line on the statement.
+	if got := e.drive(t, e.liarProxy(t, "RS-GHOST"), payoutReq("p-ghost", "acct-4", 400)); got != lockapi.StatusPaid {
+		t.Fatalf("p-ghost posted %s", got)
 	}
+	// ATTEMPT_MISMATCH: its own holder presented it with another beneficiary;
+	// the books refused it, no line, and it stays CLAIMED.
+	attempt := payoutReq("p-attempt", "acct-6", 600)
+	presented := attempt
+	presented.Beneficiary = "GB29NWBK60161331926819"
+	e.refusedAttempt(t, attempt, presented, lockapi.MismatchBeneficiary)
 
 	before := map[string]string{}
-	for _, id := range []string{"p-twice", "p-declined", "p-amount", "p-ghost"} {
+	for _, id := range []string{"p-twice", "p-declined", "p-amount", "p-benef", "p-ghost", "p-attempt"} {
 		before[id] = e.status(t, id)
 	}
 	total := map[string]int{}
@@ -71,7 +81,7 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 			total[k] += n
 		}
 		if len(rep.Settled) != 0 {
-			t.Fatalf("a pass settled %v; the only AMBIGUOUS payout has a mismatching line", rep.Settled)
+			t.Fatalf("a pass settled %v; each AMBIGUOUS payout has a mismatching line", rep.Settled)
 		}
 	}
 
@@ -87,6 +97,8 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 
 	want := []string{
 		"AMOUNT_MISMATCH p-amount 5",
+		"ATTEMPT_MISMATCH p-attempt -",
+		"BENEFICIARY_MISMATCH p-benef 7",
 		"LINE_CONTRADICTS_PAYOUT p-declined 4",
 		"PAID_WITHOUT_LINE p-ghost -",
 		"PRESENTED_TWICE p-twice 2",
@@ -113,7 +125,7 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 			t.Errorf("%s went from %s to %s: an exception never settles or unsettles", id, s, now)
 		}
 	}
-	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != 6 {
-		t.Errorf("%d statement lines copied, want 6 (each once)", n)
+	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != 7 {
+		t.Errorf("%d statement lines copied, want 7 (each once)", n)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"sync"
@@ -46,7 +48,29 @@ func newEnv(t testing.TB, opts stack.Options) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	opts.PaydbURL, opts.LockdbURL = pgtest.PaydbURL(t), pgtest.LockdbURL(t)
+	if opts.PaydbURL == "" {
+		opts.PaydbURL = pgtest.PaydbURL(t)
+	}
+	if opts.LockdbURL == "" {
+		opts.LockdbURL = pgtest.LockdbURL(t)
+	}
+	// payment-resource takes a NOT_PRESENTED settle only once the statement was
+	// read past the attempt plus its own window; a deployment sets it as the
+	// reconciler's. These tests' reconcilers use 1 s or more (e.cfg.SettleAfter,
+	// RECONCILER_SETTLE_AFTER), so a window of 1 s never refuses their settles.
+	if _, ok := opts.Env["payment-resource"]["PAYMENT_SETTLE_AFTER"]; !ok {
+		env := maps.Clone(opts.Env)
+		if env == nil {
+			env = map[string]map[string]string{}
+		}
+		pr := maps.Clone(env["payment-resource"])
+		if pr == nil {
+			pr = map[string]string{}
+		}
+		pr["PAYMENT_SETTLE_AFTER"] = "1s"
+		env["payment-resource"] = pr
+		opts.Env = env
+	}
 	st, err := stack.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("start the system: %v", err)
@@ -263,7 +287,47 @@ func (e *env) blackholeProxy(t testing.TB) string {
 	})
 }
 
-func ptr[T any](v T) *T { return &v }
+// liarProxy runs a second rail-proxy on the stack's paydb whose rail answers
+// every payment ACCEPTED with rail reference ref and books nothing: the proxy
+// records ACKED, payment-resource's books check lets PAID be posted as the audit
+// trail recorded it, and the real rail's statement never shows the payment.
+func (e *env) liarProxy(t testing.TB, ref string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /rail/v1/health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("POST /rail/v1/payments", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		lockapi.WriteJSON(w, http.StatusOK, railstub.PaymentReply{Status: railstub.ResultAccepted, RailReference: ref})
+	})
+	rail := httptest.NewServer(mux)
+	cfg := railproxy.DefaultConfig()
+	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, rail.URL
+	return runProxy(t, "lying rail-proxy", cfg, rail.Close)
+}
+
+// refusedAttempt creates p, claims it under a fresh lease as an executor does,
+// and presents it to rail-proxy as presented (its own fields changed): the books
+// refuse it, 409 NOT_IN_BOOKS naming mismatch, and the payout stays CLAIMED.
+func (e *env) refusedAttempt(t testing.TB, p, presented lockapi.SubmissionRequest, mismatch string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.payments.Create(ctx, p); err != nil {
+		t.Fatalf("create %s: %v", p.PayoutID, err)
+	}
+	const owner = "test-driver"
+	lease, err := e.locks.Acquire(ctx, lockapi.AccountLockName(p.AccountID), owner, 30*time.Second)
+	if err != nil {
+		t.Fatalf("lease %s: %v", p.AccountID, err)
+	}
+	defer func() { _ = lease.Release(ctx) }()
+	if _, err := e.payments.Claim(ctx, p.PayoutID, lease.Token(), owner); err != nil {
+		t.Fatalf("claim %s: %v", p.PayoutID, err)
+	}
+	status, body := submit(t, e.st.ProxyURL, presented, lease.Token(), owner)
+	if status != http.StatusConflict || body["code"] != lockapi.CodeNotInBooks || body["mismatch"] != mismatch {
+		t.Fatalf("%s presented otherwise than booked: %d %v, want 409 %s (%s)", p.PayoutID, status, body, lockapi.CodeNotInBooks, mismatch)
+	}
+}
 
 // runProxy runs a rail-proxy with cfg on a free loopback port until the test
 // ends (then stops it and runs after), and returns its base URL once it is live.

@@ -17,11 +17,17 @@ const (
 	// KindUnstorableLine: a statement line whose text paydb cannot store and
 	// show as it is; not copied (docs/contracts/reconciliation.md).
 	KindUnstorableLine = "UNSTORABLE_LINE"
+	// KindBeneficiaryMismatch: a line whose account, amount and currency are its
+	// payout's and whose beneficiary is not (docs/contracts/reconciliation.md).
+	KindBeneficiaryMismatch = "BENEFICIARY_MISMATCH"
+	// KindAttemptMismatch: a CLAIMED payout whose own holder presented it with
+	// fields the books refused (docs/contracts/reconciliation.md).
+	KindAttemptMismatch = "ATTEMPT_MISMATCH"
 )
 
 // Kinds lists the exception kinds in the contract's order.
 var Kinds = []string{KindPresentedTwice, KindAmountMismatch, KindUnknownReference, KindLineContradictsPayout, KindPaidWithoutLine,
-	KindUnstorableLine}
+	KindUnstorableLine, KindBeneficiaryMismatch, KindAttemptMismatch}
 
 // Values of reconciler_settled_total{to}.
 var settledLabels = []string{"paid", "declined", "not_presented"}

@@ -122,7 +122,10 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 
 	// Step 3: cross-check the lines and the books. The checks a line proves on its
 	// own ran with its import (step 1); these depend on the payouts' current
-	// status, so they look at every line and payout each pass. The unique index
+	// status, so they look at every line and payout each pass — and at the
+	// CLAIMED payouts whose own holder presented them otherwise than booked
+	// (ATTEMPT_MISMATCH), which no statement line shows: the gate never called
+	// the rail. The unique index
 	// records each exception once; only new rows are logged and counted. An
 	// exception never settles or unsettles anything.
 	recorded, err := ss.crossCheck(ctx, r.settleAfter)
@@ -180,24 +183,37 @@ func (r *reconciler) settleOne(ctx context.Context, ss *session, c candidate, re
 	if c.Unstorable {
 		return nil
 	}
-	// A line whose account, amount or currency is not the payout's: the statement
-	// and the books describe different payments under one reference. Nothing is
-	// settled from it; the payout stays AMBIGUOUS until a person decides.
+	// A line whose account, amount or currency is not the payout's, or whose
+	// beneficiary is not (compared as IBANs; a line copied before lines carried a
+	// beneficiary is not compared): the statement and the books describe
+	// different payments under one reference — the rail may have paid someone
+	// else. Nothing is settled from it, PAID least of all; the payout stays
+	// AMBIGUOUS until a person decides. A line that differs in both is
+	// AMOUNT_MISMATCH only.
 	mismatch := false
 	for _, l := range c.Lines {
-		if l.AccountID != c.AccountID || l.AmountMinor != c.AmountMinor || l.Currency != c.Currency {
-			mismatch = true
-			seq, id := l.Seq, c.PayoutID
-			e := exception{Kind: KindAmountMismatch, PayoutID: &id, Seq: &seq, Detail: fmt.Sprintf(
+		seq, id := l.Seq, c.PayoutID
+		var e exception
+		switch {
+		case l.AccountID != c.AccountID || l.AmountMinor != c.AmountMinor || l.Currency != c.Currency:
+			e = exception{Kind: KindAmountMismatch, PayoutID: &id, Seq: &seq, Detail: fmt.Sprintf(
 				"%s line at seq %d is %d %s on %s; the payout is %d %s on %s",
 				l.Result, l.Seq, l.AmountMinor, l.Currency, l.AccountID, c.AmountMinor, c.Currency, c.AccountID)}
-			recorded, err := ss.record(ctx, e)
-			if err != nil {
-				return err
-			}
-			if recorded {
-				r.noteExceptions(rep, []exception{e})
-			}
+		case l.Beneficiary != nil && !lockapi.SameBeneficiary(*l.Beneficiary, c.Beneficiary):
+			e = exception{Kind: KindBeneficiaryMismatch, PayoutID: &id, Seq: &seq, Detail: fmt.Sprintf(
+				"%s line at seq %d is %d %s on %s to beneficiary %s; the payout's beneficiary is %s",
+				l.Result, l.Seq, l.AmountMinor, l.Currency, l.AccountID,
+				lockapi.MaskBeneficiary(*l.Beneficiary), lockapi.MaskBeneficiary(c.Beneficiary))}
+		default:
+			continue
+		}
+		mismatch = true
+		recorded, err := ss.record(ctx, e)
+		if err != nil {
+			return err
+		}
+		if recorded {
+			r.noteExceptions(rep, []exception{e})
 		}
 	}
 	if mismatch {

@@ -46,9 +46,12 @@ func newTransport() *http.Transport {
 }
 
 // page reads up to limit lines after seq after, and checks the page is one: seqs
-// strictly increasing from after, at most limit lines, next the last seq of a
-// full page and null otherwise. A reconciler must never import a statement it
-// had to guess at.
+// strictly increasing from after, at most limit lines, every line with its
+// beneficiary, next the last seq of a full page and null otherwise. A reconciler
+// must never import a statement it had to guess at: a line without a beneficiary
+// (a rail-proxy older than the statement's beneficiary) fails the read, and with
+// it the pass, so the cursor stays before it and the line is copied, whole, once
+// rail-proxy serves it (docs/contracts/reconciliation.md).
 func (c *statementClient) page(ctx context.Context, after int64, limit int) (lockapi.Statement, error) {
 	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/rail/statement?"+q.Encode(), nil)
@@ -77,6 +80,9 @@ func (c *statementClient) page(ctx context.Context, after int64, limit int) (loc
 		}
 		if l.Result != lockapi.ResultAccepted && l.Result != lockapi.ResultDeclined {
 			return lockapi.Statement{}, fmt.Errorf("read the statement after %d: line %d has result %q", after, l.Seq, l.Result)
+		}
+		if l.Beneficiary == "" {
+			return lockapi.Statement{}, fmt.Errorf("read the statement after %d: line %d has no beneficiary", after, l.Seq)
 		}
 		prev = l.Seq
 	}

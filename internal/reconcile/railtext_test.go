@@ -16,8 +16,9 @@ import (
 )
 
 // A statement line whose text paydb cannot store and show as it is — here a NUL
-// in an ACCEPTED line's rail reference, and a C1 control in a DECLINED line's
-// reason — is recorded as an UNSTORABLE_LINE exception and not copied; the
+// in an ACCEPTED line's rail reference, a C1 control in a DECLINED line's
+// reason, a tab in an ACCEPTED line's beneficiary — is recorded as an
+// UNSTORABLE_LINE exception and not copied; the
 // import goes on past it (the lines after it are copied, the cursor passes it,
 // the pass completes), and the payout it names stays AMBIGUOUS: never booked
 // from words nobody can read, never NOT_PRESENTED for want of a line
@@ -29,19 +30,23 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 	e.cfg.SettleAfter = time.Second
 	// Two AMBIGUOUS payouts whose calls never reached the real rail.
 	blackhole := e.blackholeProxy(t)
-	for _, p := range []lockapi.SubmissionRequest{payoutReq("p-nul", "acct-1", 100), payoutReq("p-later", "acct-2", 200)} {
+	for _, p := range []lockapi.SubmissionRequest{payoutReq("p-nul", "acct-1", 100), payoutReq("p-later", "acct-2", 200),
+		payoutReq("p-tab", "acct-3", 300)} {
 		if got := e.drive(t, blackhole, p); got != lockapi.StatusAmbiguous {
 			t.Fatalf("%s posted %s", p.PayoutID, got)
 		}
 	}
 	at := time.Now().UTC()
+	const b = "NL91ABNA0417164300"
 	calls := []map[string]any{
 		{"seq": 1, "receivedAt": at, "reference": "p-nul", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR",
-			"result": "ACCEPTED", "railReference": "RS-\x00-1", "reason": nil},
+			"beneficiary": b, "result": "ACCEPTED", "railReference": "RS-\x00-1", "reason": nil},
 		{"seq": 2, "receivedAt": at, "reference": "p-later", "accountId": "acct-2", "amountMinor": 200, "currency": "EUR",
-			"result": "ACCEPTED", "railReference": "RS-2", "reason": nil},
+			"beneficiary": b, "result": "ACCEPTED", "railReference": "RS-2", "reason": nil},
 		{"seq": 3, "receivedAt": at, "reference": "nobody-3", "accountId": "acct-9", "amountMinor": 300, "currency": "EUR",
-			"result": "DECLINED", "railReference": nil, "reason": "closed\u0085"},
+			"beneficiary": b, "result": "DECLINED", "railReference": nil, "reason": "closed\u0085"},
+		{"seq": 4, "receivedAt": at, "reference": "p-tab", "accountId": "acct-3", "amountMinor": 300, "currency": "EUR",
+			"beneficiary": "NL91ABNA\t0417164300", "result": "ACCEPTED", "railReference": "RS-4", "reason": nil},
 	}
 	proxy := statementProxy(t, e.st.PaydbURL, calls)
 	e.cfg.RailProxyURL = proxy
@@ -54,14 +59,14 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 	var page lockapi.Statement
 	err = json.NewDecoder(resp.Body).Decode(&page)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || len(page.Lines) != 3 || page.Lines[0].RailReference == nil ||
-		*page.Lines[0].RailReference != "RS-\x00-1" {
+	if err != nil || resp.StatusCode != http.StatusOK || len(page.Lines) != 4 || page.Lines[0].RailReference == nil ||
+		*page.Lines[0].RailReference != "RS-\x00-1" || page.Lines[3].Beneficiary != "NL91ABNA\t0417164300" {
 		t.Fatalf("statement through rail-proxy: %d %+v %v", resp.StatusCode, page, err)
 	}
 
 	rep := e.pass(t)
-	if rep.Imported != 1 || rep.LastSeq != 3 {
-		t.Fatalf("first pass imported %d lines up to seq %d, want 1 line (seq 2) and the cursor at 3", rep.Imported, rep.LastSeq)
+	if rep.Imported != 1 || rep.LastSeq != 4 {
+		t.Fatalf("first pass imported %d lines up to seq %d, want 1 line (seq 2) and the cursor at 4", rep.Imported, rep.LastSeq)
 	}
 	if rep.Settled["p-later"] != lockapi.StatusPaid {
 		t.Fatalf("first pass settled %v, want p-later PAID from the line after the unstorable one", rep.Settled)
@@ -72,17 +77,19 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 			t.Fatalf("a later pass settled %v and imported %d", rep.Settled, rep.Imported)
 		}
 	}
-	want := []string{"UNSTORABLE_LINE - 3", "UNSTORABLE_LINE p-nul 1"}
+	want := []string{"UNSTORABLE_LINE - 3", "UNSTORABLE_LINE p-nul 1", "UNSTORABLE_LINE p-tab 4"}
 	got := e.exceptions(t)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Fatalf("exceptions = %v, want %v", got, want)
 	}
-	if n := len(e.logs.Events("reconciliation_exception")); n != 2 {
-		t.Errorf("%d reconciliation_exception log lines, want 2", n)
+	if n := len(e.logs.Events("reconciliation_exception")); n != 3 {
+		t.Errorf("%d reconciliation_exception log lines, want 3", n)
 	}
-	if s := e.status(t, "p-nul"); s != lockapi.StatusAmbiguous {
-		t.Errorf("p-nul is %s, want AMBIGUOUS: its only line could not be read", s)
+	for _, id := range []string{"p-nul", "p-tab"} {
+		if s := e.status(t, id); s != lockapi.StatusAmbiguous {
+			t.Errorf("%s is %s, want AMBIGUOUS: its only line could not be read", id, s)
+		}
 	}
 	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != 1 {
 		t.Errorf("%d statement lines copied, want 1", n)
@@ -93,6 +100,13 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 	}
 	if want := `rail reference "RS-\x00-1"`; !strings.Contains(detail, want) {
 		t.Errorf("detail %q does not show the reference escaped (%s)", detail, want)
+	}
+	if err := e.st.Paydb.QueryRow(t.Context(), `SELECT detail FROM reconciliation_exception WHERE seq = 4`).Scan(&detail); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(detail, "its beneficiary must not contain control characters") || !strings.Contains(detail, `"****4300"`) ||
+		strings.Contains(detail, "NL91") {
+		t.Errorf("detail %q does not name the beneficiary's problem with the beneficiary masked", detail)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 // store is the reconciler's view of paydb, and the only file that speaks SQL. It
 // writes its own three tables (rail_statement_line, reconciliation_exception,
 // reconciler_cursor) and only reads the others: payout (payment-resource's, which
-// it moves only through the settle endpoint) and rail_submission (rail-proxy's).
+// it moves only through the settle endpoint) and rail_submission (rail-proxy's:
+// the attempts' times, and the UNBOOKED attempts an ATTEMPT_MISMATCH names).
 // Every time it compares is paydb's: now(), submitted_at, updated_at, read_at.
 type store struct {
 	pool *pgxpool.Pool
@@ -127,11 +128,20 @@ type exception struct {
 	Detail   string
 }
 
+// maskSQL is lockapi.MaskBeneficiary in PostgreSQL, over the text expression
+// expr: an exception's detail is logged, and a log carries at most a
+// beneficiary's last four characters.
+func maskSQL(expr string) string {
+	return "CASE WHEN char_length(" + expr + ") <= 4 THEN '****' ELSE '****' || right(" + expr + ", 4) END"
+}
+
 const (
-	// insertLinesSQL copies a page, each line once: idempotent by seq.
+	// insertLinesSQL copies a page, each line once: idempotent by seq. Every line
+	// carries its beneficiary (the column's CHECK holds every line copied since
+	// it was added).
 	insertLinesSQL = `
-INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, result, rail_reference, decline_reason)
-SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])
+INSERT INTO rail_statement_line (seq, received_at, reference, account_id, amount_minor, currency, result, rail_reference, decline_reason, beneficiary)
+SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
 ON CONFLICT (seq) DO NOTHING`
 
 	// advanceCursorSQL moves the cursor forward only, and sets read_at (the start
@@ -141,14 +151,18 @@ ON CONFLICT (seq) DO NOTHING`
 UPDATE reconciler_cursor
    SET last_seq = GREATEST(last_seq, $1),
        read_at  = CASE WHEN $2::timestamptz IS NULL THEN read_at ELSE GREATEST(coalesce(read_at, $2), $2) END`
+)
 
-	// lineExceptionsSQL records what a line alone proves, for the lines with seq in
-	// [$1, $2]: a second (third …) ACCEPTED line of a payout, a line whose account,
-	// amount or currency is not its payout's, a line of no payout. It runs in the
-	// transaction that imports the lines, so no line is ever copied unchecked. A
-	// lines of an unknown reference is UNKNOWN_REFERENCE only (no payout_id to
-	// carry), never also PRESENTED_TWICE.
-	lineExceptionsSQL = `
+// lineExceptionsSQL records what a line alone proves, for the lines with seq in
+// [$1, $2]: a second (third …) ACCEPTED line of a payout, a line whose account,
+// amount or currency is not its payout's, one whose account, amount and currency
+// are and whose beneficiary is not (compared as IBANs: lockapi.BeneficiaryKeySQL;
+// a line copied before lines carried a beneficiary is never compared), a line of
+// no payout. It runs in the transaction that imports the lines, so no line is
+// ever copied unchecked. A line of an unknown reference is UNKNOWN_REFERENCE
+// only (no payout_id to carry), never also PRESENTED_TWICE; a line whose amount
+// and beneficiary both differ is AMOUNT_MISMATCH only.
+var lineExceptionsSQL = `
 INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
 SELECT 'PRESENTED_TWICE', p.payout_id, l.seq,
        format('ACCEPTED again at seq %s (first ACCEPTED at seq %s): %s %s on %s paid twice',
@@ -167,6 +181,16 @@ SELECT 'AMOUNT_MISMATCH', p.payout_id, l.seq,
  WHERE l.seq BETWEEN $1 AND $2
    AND (l.account_id, l.amount_minor, l.currency) IS DISTINCT FROM (p.account_id, p.amount_minor, p.currency)
 UNION ALL
+SELECT 'BENEFICIARY_MISMATCH', p.payout_id, l.seq,
+       format('%s line at seq %s is %s %s on %s to beneficiary %s; the payout''s beneficiary is %s',
+              l.result, l.seq, l.amount_minor, l.currency, l.account_id, ` + maskSQL("l.beneficiary") + `, ` + maskSQL("p.beneficiary") + `)
+  FROM rail_statement_line l
+  JOIN payout p ON p.payout_id = l.reference
+ WHERE l.seq BETWEEN $1 AND $2
+   AND (l.account_id, l.amount_minor, l.currency) IS NOT DISTINCT FROM (p.account_id, p.amount_minor, p.currency)
+   AND l.beneficiary IS NOT NULL
+   AND ` + lockapi.BeneficiaryKeySQL("l.beneficiary") + ` <> ` + lockapi.BeneficiaryKeySQL("p.beneficiary") + `
+UNION ALL
 SELECT 'UNKNOWN_REFERENCE', NULL, l.seq,
        format('%s line at seq %s: %s %s on %s for reference %s, which is no payout',
               l.result, l.seq, l.amount_minor, l.currency, l.account_id, l.reference)
@@ -175,7 +199,6 @@ SELECT 'UNKNOWN_REFERENCE', NULL, l.seq,
    AND NOT EXISTS (SELECT 1 FROM payout p WHERE p.payout_id = l.reference)
 ON CONFLICT DO NOTHING
 RETURNING kind, payout_id, seq, detail`
-)
 
 // importPage copies a page and moves the cursor to lastSeq in one transaction,
 // with the exceptions its lines prove on their own; readAt, when set, is stored
@@ -212,12 +235,13 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 			results = make([]string, n)
 			railRef = make([]*string, n)
 			reasons = make([]*string, n)
+			benefs  = make([]string, n)
 		)
 		for i, l := range lines {
 			seqs[i], at[i], refs[i], accts[i], amounts[i] = l.Seq, l.ReceivedAt, l.Reference, l.AccountID, l.AmountMinor
-			curs[i], results[i], railRef[i], reasons[i] = l.Currency, l.Result, l.RailReference, l.DeclineReason
+			curs[i], results[i], railRef[i], reasons[i], benefs[i] = l.Currency, l.Result, l.RailReference, l.DeclineReason, l.Beneficiary
 		}
-		tag, err := tx.Exec(ctx, insertLinesSQL, seqs, at, refs, accts, amounts, curs, results, railRef, reasons)
+		tag, err := tx.Exec(ctx, insertLinesSQL, seqs, at, refs, accts, amounts, curs, results, railRef, reasons, benefs)
 		if err != nil {
 			return 0, nil, fmt.Errorf("import lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
 		}
@@ -290,11 +314,13 @@ func collectExceptions(rows pgx.Rows) ([]exception, error) {
 }
 
 // line is an imported statement line as the settle rules look at it.
+// Beneficiary is nil for a line copied before lines carried one.
 type line struct {
 	Seq           int64
 	AccountID     string
 	AmountMinor   int64
 	Currency      string
+	Beneficiary   *string
 	Result        string
 	RailReference *string
 	DeclineReason *string
@@ -309,6 +335,7 @@ type candidate struct {
 	AccountID    string
 	AmountMinor  int64
 	Currency     string
+	Beneficiary  string
 	WindowPassed bool
 	// Unstorable: a statement line of this payout was not copied, its text not
 	// storable (an UNSTORABLE_LINE exception names the payout).
@@ -321,7 +348,7 @@ const (
 	// forwardable rows are those rail_submission_attempt_uidx covers
 	// (docs/contracts/database.md): the payout's one attempt at the rail.
 	ambiguousSQL = `
-SELECT p.payout_id, p.account_id, p.amount_minor, p.currency,
+SELECT p.payout_id, p.account_id, p.amount_minor, p.currency, p.beneficiary,
        coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false),
        EXISTS (SELECT 1 FROM reconciliation_exception e
                 WHERE e.kind = 'UNSTORABLE_LINE' AND coalesce(e.payout_id, '') = p.payout_id)
@@ -335,7 +362,7 @@ SELECT p.payout_id, p.account_id, p.amount_minor, p.currency,
  LIMIT $3`
 
 	linesOfSQL = `
-SELECT reference, seq, account_id, amount_minor, currency, result, rail_reference, decline_reason
+SELECT reference, seq, account_id, amount_minor, currency, beneficiary, result, rail_reference, decline_reason
   FROM rail_statement_line
  WHERE reference = ANY($1)
  ORDER BY seq`
@@ -352,7 +379,7 @@ func (ss *session) ambiguous(ctx context.Context, settleAfter time.Duration, aft
 	}
 	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
-		err := r.Scan(&c.PayoutID, &c.AccountID, &c.AmountMinor, &c.Currency, &c.WindowPassed, &c.Unstorable)
+		err := r.Scan(&c.PayoutID, &c.AccountID, &c.AmountMinor, &c.Currency, &c.Beneficiary, &c.WindowPassed, &c.Unstorable)
 		return c, err
 	})
 	if err != nil || len(cands) == 0 {
@@ -374,7 +401,7 @@ func (ss *session) ambiguous(ctx context.Context, settleAfter time.Duration, aft
 	for rows.Next() {
 		var ref string
 		var l line
-		if err := rows.Scan(&ref, &l.Seq, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Result, &l.RailReference, &l.DeclineReason); err != nil {
+		if err := rows.Scan(&ref, &l.Seq, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Beneficiary, &l.Result, &l.RailReference, &l.DeclineReason); err != nil {
 			return nil, fmt.Errorf("read their statement lines: %w", err)
 		}
 		c := &cands[at[ref]]
@@ -444,9 +471,34 @@ ON CONFLICT DO NOTHING
 RETURNING kind, payout_id, seq, detail`
 )
 
+// attemptMismatchSQL: a CLAIMED payout whose own current claim — its fence
+// token, its claimed_by — presented it to rail-proxy with an account, amount,
+// currency or beneficiary the books refused (an UNBOOKED row of that token and
+// owner whose fields are not the payout's). Its executor posts nothing and
+// leaves it CLAIMED; only a person can say what the holder meant to pay. The
+// fields compare exactly, as the gate compared them. One exception per payout
+// (seq NULL: the unique index keeps it once, whatever later attempts of that
+// claim do), carrying the first such attempt. payout_status_idx finds the CLAIMED
+// payouts, rail_submission_payout_idx their attempts.
+var attemptMismatchSQL = `
+INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
+SELECT DISTINCT ON (p.payout_id) 'ATTEMPT_MISMATCH', p.payout_id, NULL::bigint,
+       format('CLAIMED by %s under fence token %s; its holder presented it (submission %s at %s) as %s %s on %s to beneficiary %s, which the books refused: the payout is %s %s on %s to beneficiary %s',
+              p.claimed_by, p.fence_token, s.submission_id, s.submitted_at, s.amount_minor, s.currency, s.account_id,
+              ` + maskSQL("s.beneficiary") + `, p.amount_minor, p.currency, p.account_id, ` + maskSQL("p.beneficiary") + `)
+  FROM payout p
+  JOIN rail_submission s ON s.payout_id = p.payout_id AND s.outcome = 'UNBOOKED'
+                        AND s.presented_token = p.fence_token AND s.owner_id = p.claimed_by
+ WHERE p.status = 'CLAIMED'
+   AND (s.account_id, s.amount_minor, s.currency, s.beneficiary) IS DISTINCT FROM (p.account_id, p.amount_minor, p.currency, p.beneficiary)
+ ORDER BY p.payout_id, s.submission_id
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+
 // crossCheck records what the lines and the books' current state prove together
 // (step 3 of docs/contracts/reconciliation.md): LINE_CONTRADICTS_PAYOUT and
-// PAID_WITHOUT_LINE. It returns the exceptions newly recorded.
+// PAID_WITHOUT_LINE; and what the audit trail and the books prove together:
+// ATTEMPT_MISMATCH. It returns the exceptions newly recorded.
 func (ss *session) crossCheck(ctx context.Context, settleAfter time.Duration) ([]exception, error) {
 	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
 	defer cancel()
@@ -458,6 +510,7 @@ func (ss *session) crossCheck(ctx context.Context, settleAfter time.Duration) ([
 	}{
 		{"contradicting lines", contradictionsSQL, nil},
 		{"PAID payouts without a line", paidWithoutLineSQL, []any{settleAfter.Microseconds()}},
+		{"claimed payouts presented otherwise", attemptMismatchSQL, nil},
 	} {
 		rows, err := ss.conn.Query(ctx, q.sql, q.args...)
 		if err != nil {
