@@ -229,3 +229,52 @@ func TestPostNotRecordedIsNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// The reconcile pass's memory of payouts left for a person: a payout the trail
+// showed waiting is passed over while listed with the same claim; a cycle's note
+// alone does not pass it over (the trail decides) but keeps the pass from
+// reporting it again; a whole listing that no longer bears a hold out drops
+// it, except a cycle's note on a payout not yet stale.
+func TestPersonHolds(t *testing.T) {
+	t.Parallel()
+	e := newTestExecutor(t, "http://127.0.0.1:1")
+	stale := func(id string, token int64) lockapi.Payout { return lockapi.Payout{PayoutID: id, FenceToken: token} }
+	before := time.Now()
+
+	if e.hold("p-trail", 7, true) {
+		t.Fatal("a first hold reported as known")
+	}
+	if !e.awaitsPerson(stale("p-trail", 7)) {
+		t.Fatal("a payout the trail showed waiting is not passed over")
+	}
+	if e.awaitsPerson(stale("p-trail", 8)) {
+		t.Fatal("a payout re-claimed since is passed over")
+	}
+
+	e.hold("p-cycle", 3, false)
+	if e.awaitsPerson(stale("p-cycle", 3)) {
+		t.Fatal("a cycle's note alone passes the payout over; the trail must decide")
+	}
+	if !e.hold("p-cycle", 3, true) {
+		t.Fatal("the pass would report again what the cycle reported")
+	}
+	if !e.awaitsPerson(stale("p-cycle", 3)) {
+		t.Fatal("confirmed by the trail, yet not passed over")
+	}
+
+	e.hold("p-young", 5, false) // noted after before: not stale yet
+	e.forgetHolds([]lockapi.Payout{stale("p-trail", 7)}, before)
+	if !e.awaitsPerson(stale("p-trail", 7)) {
+		t.Fatal("a hold still listed was dropped")
+	}
+	if e.awaitsPerson(stale("p-cycle", 3)) || e.hold("p-cycle", 3, true) {
+		t.Fatal("a hold gone from the whole listing was kept")
+	}
+	if !e.hold("p-young", 5, false) {
+		t.Fatal("a cycle's note on a payout not yet stale was dropped")
+	}
+	e.forgetHolds(nil, time.Now().Add(time.Second))
+	if n := e.holds(); n != 0 {
+		t.Fatalf("%d holds left after a listing with none of them, all stale", n)
+	}
+}
