@@ -2,9 +2,12 @@ package reconcile_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -215,5 +218,44 @@ func TestBeneficiaryKeySQLAgreesWithGo(t *testing.T) {
 		if want := lockapi.BeneficiaryKey(s); got != want {
 			t.Errorf("paydb's key of %q is %q, Go's %q", s, got, want)
 		}
+	}
+}
+
+// A statement page whose line has no beneficiary — what a rail-proxy older than
+// the statement's beneficiary serves — is not imported: the pass fails, nothing
+// is copied, the cursor stays, and the next pass through a rail-proxy that serves
+// it imports the line whole. (The old rail-proxy is played by a server answering
+// its statement page as it did; rail-proxy itself now refuses such a rail page.)
+func TestLineWithoutBeneficiaryIsNotImported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, stack.Options{})
+	if got := e.drive(t, e.st.ProxyURL, payoutReq("p-1", "acct-1", 100)); got != lockapi.StatusPaid {
+		t.Fatalf("p-1 posted %s", got)
+	}
+	c := e.calls(t)[0]
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lockapi.WriteJSON(w, http.StatusOK, map[string]any{"lines": []map[string]any{{"seq": c.Seq, "receivedAt": c.ReceivedAt,
+			"reference": c.Reference, "accountId": c.AccountID, "amountMinor": c.AmountMinor, "currency": c.Currency,
+			"result": c.Result, "railReference": c.RailReference, "declineReason": nil}}, "next": nil})
+	}))
+	t.Cleanup(old.Close)
+	cfg := e.cfg
+	cfg.RailProxyURL = old.URL
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := reconcile.Pass(ctx, cfg); err == nil || !strings.Contains(err.Error(), "no beneficiary") {
+		t.Fatalf("pass through an old rail-proxy: %v, want the read refused for want of a beneficiary", err)
+	}
+	if n := e.count(t, `SELECT count(*) FROM rail_statement_line`); n != 0 {
+		t.Fatalf("%d lines copied from a page without beneficiaries", n)
+	}
+	if n := e.count(t, `SELECT coalesce((SELECT last_seq FROM reconciler_cursor), 0)`); n != 0 {
+		t.Fatalf("the cursor moved to %d past a line not copied", n)
+	}
+	if rep := e.pass(t); rep.Imported != 1 {
+		t.Fatalf("the next pass imported %d lines, want 1", rep.Imported)
+	}
+	if n := e.count(t, `SELECT count(*) FROM rail_statement_line WHERE seq = $1 AND beneficiary = $2`, c.Seq, c.Beneficiary); n != 1 {
+		t.Fatal("the line is not copied with its beneficiary")
 	}
 }
