@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/payment"
 	"lock.dev/internal/stack"
 	"lock.dev/lockapi"
 )
@@ -27,7 +28,7 @@ func submit(t *testing.T, proxyURL, payout string, token int64) (int, string) {
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(lockapi.HeaderFencingToken, fmt.Sprint(token))
-	req.Header.Set(lockapi.HeaderOwnerID, "stack-test")
+	req.Header.Set(lockapi.HeaderOwnerID, stackOwner)
 	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", payout, token))
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
@@ -42,6 +43,28 @@ func submit(t *testing.T, proxyURL, payout string, token int64) (int, string) {
 	return resp.StatusCode, p.Code
 }
 
+// stackOwner is the owner the tests claim and submit as.
+const stackOwner = "stack-test"
+
+// book creates payout as submit presents it and claims it with token, so that
+// rail-proxy's books check (on, as the stack leaves it) admits it.
+func book(t *testing.T, ctx context.Context, s *stack.Stack, payout string, token int64) {
+	t.Helper()
+	pc := payment.NewClient(s.PaymentURL)
+	if _, err := pc.Create(ctx, lockapi.SubmissionRequest{PayoutID: payout, AccountID: "acct-1", AmountMinor: 100,
+		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}); err != nil {
+		t.Fatalf("create %s: %v", payout, err)
+	}
+	claim(t, ctx, s, payout, token)
+}
+
+func claim(t *testing.T, ctx context.Context, s *stack.Stack, payout string, token int64) {
+	t.Helper()
+	if _, err := payment.NewClient(s.PaymentURL).Claim(ctx, payout, token, stackOwner); err != nil {
+		t.Fatalf("claim %s with token %d: %v", payout, token, err)
+	}
+}
+
 // The whole system comes up on a throwaway cluster; a crashed rail-proxy (SIGKILL)
 // comes back on the same address and still fences the lower token: the mark lives
 // in paydb, not in the process.
@@ -54,15 +77,18 @@ func TestStackCrashProxyKeepsTheMark(t *testing.T) {
 	}
 	defer s.Close()
 
+	book(t, ctx, s, "p-1", 5)
 	if st, code := submit(t, s.ProxyURL, "p-1", 5); st != 200 {
 		t.Fatalf("first submission: %d %s", st, code)
 	}
 	if err := s.CrashProxy(ctx); err != nil {
 		t.Fatal(err)
 	}
+	book(t, ctx, s, "p-2", 4)
 	if st, code := submit(t, s.ProxyURL, "p-2", 4); st != 409 || code != lockapi.CodeFencedOut {
 		t.Fatalf("lower token after crash: %d %s, want 409 FENCED_OUT", st, code)
 	}
+	claim(t, ctx, s, "p-2", 6)
 	if st, code := submit(t, s.ProxyURL, "p-2", 6); st != 200 {
 		t.Fatalf("higher token after crash: %d %s", st, code)
 	}
