@@ -20,7 +20,12 @@ import (
 //  1. Fence first: the account's mark in rail_high_water is read, compared and
 //     advanced in one statement on paydb's primary, strict `<`. A token that
 //     does not pass is answered FENCED_OUT (unless fencing is switched off)
-//     and the rail is not called.
+//     and the rail is not called. Then, with the books check on
+//     (RAIL_PROXY_BOOKS_CHECK, docs/contracts/books.md), the books: the payout
+//     row must hold the submission CLAIMED by this token and owner, as
+//     presented; one that does not is answered NOT_IN_BOOKS (an UNBOOKED row),
+//     the mark is not moved and the rail is not called. So the order is fence,
+//     books, duplicate, intent, forward.
 //  2. Duplicate check: the intent insert, judged by rail_submission_attempt_uidx
 //     (the index decides, never a prior read).
 //  3. Intent before socket: that row is committed, outcome NULL, before any
@@ -34,13 +39,18 @@ import (
 //
 //   - One by one: admitSQL in store.go, the pinned upsert
 //     `WHERE rail_high_water.highest_token < EXCLUDED.highest_token`, run by
-//     Store.Admit and admitOn. It serves RAIL_PROXY_MAX_GROUP=1, a group of
+//     Store.Admit and admitOn. With the books check on it is admitBooksSQL,
+//     which compares the token with the mark row it locked
+//     (`m.highest_token >= $2`: fenced) and then runs the same upsert for a
+//     booked submission only. It serves RAIL_PROXY_MAX_GROUP=1, a group of
 //     one, and every member a group left alone (admitAlone).
 //   - In a group (RAIL_PROXY_MAX_GROUP > 1, the default): admit (group.go)
 //     queues the submission; admitWorker → admitGroupGuarded (worker.go) →
 //     admitGroupOn (groupstore.go) calls paydb's rail_admit_group_skip_locked,
 //     defined in internal/paydb/migrations/00007_rail_admit_group_skip_locked.sql,
-//     where the comparison is the line `v_passed[j] := v_marks[k] < p_token[i]`.
+//     where the comparison is the line `v_passed[j] := v_marks[k] < p_token[i]`
+//     (with the books check on, rail_admit_group_books, defined in
+//     internal/paydb/migrations/00010_rail_admit_group_books.sql, the same line).
 //
 // There is no retry of the rail call anywhere, for any outcome: a timeout means
 // unknown, never failed, and a second call could be a second payment

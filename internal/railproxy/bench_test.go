@@ -35,6 +35,11 @@ import (
 //	BENCH_PAYDB_MAX_CONNS the proxy's pool (32: one per client, like pgbench -c 32)
 //	BENCH_RATE            BenchmarkAddedLatency's offered load per second (1500)
 //	BENCH_INFLIGHT        BenchmarkInflightRSS's submissions in flight (2000)
+//	BENCH_BOOKS_CHECK     true runs BenchmarkAdmission's and BenchmarkAddedLatency's
+//	                      proxy with RAIL_PROXY_BOOKS_CHECK on, every submission booked
+//	                      in paydb's payout table before the clock starts; false (the
+//	                      default) runs it off, as the shared bench does
+//	                      (docs/contracts/books.md)
 
 func benchEnv(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -43,14 +48,29 @@ func benchEnv(name string, def int) int {
 	return def
 }
 
+// benchBooks is BENCH_BOOKS_CHECK: whether the proxy checks the books.
+func benchBooks(b *testing.B) bool {
+	v := os.Getenv("BENCH_BOOKS_CHECK")
+	if v == "" {
+		return false
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		b.Fatalf("BENCH_BOOKS_CHECK=%q: %v", v, err)
+	}
+	return on
+}
+
 // benchSystem is a durable paydb, a zero-latency rail-stub and a proxy.
 type benchSystem struct {
 	proxyURL string
 	stubURL  string
 	client   *http.Client
+	dbURL    string
+	books    bool // the proxy checks the books: book every submission first (book)
 }
 
-func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
+func startBenchSystem(b *testing.B, stubLatencyMs int, books bool) *benchSystem {
 	b.Helper()
 	ctx := context.Background()
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: os.Getenv("BENCH_DURABLE") != "0"})
@@ -73,6 +93,7 @@ func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
 
 	stub := startStub(b, stubLatencyMs)
 	cfg := testConfig(dbURL, stub.URL)
+	cfg.BooksCheck = books
 	cfg.LogLevel = "info" // production's level: one submission_resolved line per submission
 	cfg.PaydbMaxConns = benchEnv("BENCH_PAYDB_MAX_CONNS", 32)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -91,11 +112,44 @@ func startBenchSystem(b *testing.B, stubLatencyMs int) *benchSystem {
 	s := &benchSystem{
 		proxyURL: "http://" + ln.Addr().String(),
 		stubURL:  stub.URL,
+		dbURL:    dbURL,
+		books:    books,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096},
 			Timeout: 30 * time.Second},
 	}
 	testkit.WaitHTTP(b, s.client, 20*time.Second, s.proxyURL+"/readyz", http.StatusOK)
 	return s
+}
+
+// book writes, when the proxy checks the books, the payout rows that book the
+// planned submissions as payment-resource leaves them once claimed (CLAIMED by
+// owner bench under the planned token, as presented), in one statement, before
+// the clock starts.
+func (s *benchSystem) book(b *testing.B, l *load, plans ...[]planned) {
+	b.Helper()
+	if !s.books {
+		return
+	}
+	all := slices.Concat(plans...)
+	ids, accounts, tokens := make([]string, len(all)), make([]string, len(all)), make([]int64, len(all))
+	for i, p := range all {
+		ids[i], accounts[i], tokens[i] = l.payoutID(p), l.accountID(p), p.token
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, s.dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary, status, fence_token, claimed_by)
+		SELECT id, acct, 125000, 'EUR', 'NL91ABNA0417164300', 'CLAIMED', token, 'bench'
+		  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, acct, token)`, ids, accounts, tokens); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE payout"); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // load is a generator of submissions: client c owns accounts c, c+clients, …,
@@ -112,17 +166,44 @@ func newLoad(accounts int) *load {
 	return &load{accounts: accounts, tokens: make([]atomic.Int64, accounts), prefix: strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
-func (l *load) request(url string, client, clients, i int) *http.Request {
+// planned is one submission of the load: its payout, account and token.
+type planned struct {
+	id      int64
+	account int
+	token   int64
+}
+
+// plan draws client's i-th submission.
+func (l *load) plan(client, clients, i int) planned {
 	per := max(1, l.accounts/clients)
 	a := (client + clients*(i%per)) % l.accounts
-	token := l.tokens[a].Add(1)
-	id := l.payout.Add(1)
-	body := fmt.Sprintf(`{"payoutId":"p-%s-%d","accountId":"a-%d","amountMinor":125000,"currency":"EUR","beneficiary":"NL91ABNA0417164300"}`, l.prefix, id, a)
+	return planned{account: a, token: l.tokens[a].Add(1), id: l.payout.Add(1)}
+}
+
+// plans draws client's submissions from..to-1, in order.
+func (l *load) plans(client, clients, from, to int) []planned {
+	out := make([]planned, 0, max(0, to-from))
+	for i := from; i < to; i++ {
+		out = append(out, l.plan(client, clients, i))
+	}
+	return out
+}
+
+func (l *load) payoutID(p planned) string  { return fmt.Sprintf("p-%s-%d", l.prefix, p.id) }
+func (l *load) accountID(p planned) string { return fmt.Sprintf("a-%d", p.account) }
+
+func (l *load) request(url string, client, clients, i int) *http.Request {
+	return l.requestFor(url, l.plan(client, clients, i))
+}
+
+// requestFor is the submission of p, as the bench's executor sends it.
+func (l *load) requestFor(url string, p planned) *http.Request {
+	body := fmt.Sprintf(`{"payoutId":"p-%s-%d","accountId":"a-%d","amountMinor":125000,"currency":"EUR","beneficiary":"NL91ABNA0417164300"}`, l.prefix, p.id, p.account)
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/rail/submissions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
+	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(p.token, 10))
 	req.Header.Set(lockapi.HeaderOwnerID, "bench")
-	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("p-%d:%d", id, token))
+	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("p-%d:%d", p.id, p.token))
 	return req
 }
 
@@ -151,17 +232,23 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // BenchmarkAdmission: closed loop, BENCH_CLIENTS clients, every submission
 // ACKED by a zero-latency rail-stub. Reports submissions/s and latency p50/p99.
+// Each client makes its share of the b.N submissions, drawn (and, with
+// BENCH_BOOKS_CHECK, booked) before the clock starts.
 func BenchmarkAdmission(b *testing.B) {
-	s := startBenchSystem(b, 0)
+	s := startBenchSystem(b, 0, benchBooks(b))
 	clients := benchEnv("BENCH_CLIENTS", 32)
 	l := newLoad(benchEnv("BENCH_ACCOUNTS", 1000))
-	// Warm the pools and the statement caches.
-	for i := range clients {
-		if err := do(s.client, l.request(s.proxyURL, i, clients, 0), http.StatusOK); err != nil {
+	plans := make([][]planned, clients)
+	for c := range clients {
+		// Submission 0 warms the pools and the statement caches.
+		plans[c] = l.plans(c, clients, 0, 1+b.N/clients+min(1, max(0, b.N%clients-c)))
+	}
+	s.book(b, l, plans...)
+	for c := range clients {
+		if err := do(s.client, l.requestFor(s.proxyURL, plans[c][0]), http.StatusOK); err != nil {
 			b.Fatal(err)
 		}
 	}
-	var next atomic.Int64
 	lat := make([][]time.Duration, clients)
 	var failed atomic.Int64
 	b.ResetTimer()
@@ -169,11 +256,8 @@ func BenchmarkAdmission(b *testing.B) {
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
-			for i := 1; ; i++ {
-				if next.Add(1) > int64(b.N) {
-					return
-				}
-				req := l.request(s.proxyURL, c, clients, i)
+			for _, p := range plans[c][1:] {
+				req := l.requestFor(s.proxyURL, p)
 				t0 := time.Now()
 				if err := do(s.client, req, http.StatusOK); err != nil {
 					failed.Add(1)
@@ -225,21 +309,34 @@ func openLoop(b *testing.B, n int, rate float64, do func(i int) error) []time.Du
 // directly and of submitting through the proxy; reports both and their
 // difference at p50 and p99 — the latency the proxy adds.
 func BenchmarkAddedLatency(b *testing.B) {
-	s := startBenchSystem(b, 0)
+	s := startBenchSystem(b, 0, benchBooks(b))
 	rate := float64(benchEnv("BENCH_RATE", 1500))
 	l := newLoad(benchEnv("BENCH_ACCOUNTS", 1000))
+	// The submissions through the proxy, warm-up's then the measured ones: 64
+	// clients' worth, drawn (and booked) before the clock starts.
+	draw := func(n int) []planned {
+		out := make([]planned, n)
+		for i := range out {
+			out[i] = l.plan(i%64, 64, i/64)
+		}
+		return out
+	}
+	warm, measured := draw(200), draw(b.N)
+	s.book(b, l, warm, measured)
 	direct := func(i int) error {
 		body := fmt.Sprintf(`{"reference":"d-%s-%d","accountId":"a","amountMinor":1,"currency":"EUR","beneficiary":"NL91ABNA0417164300"}`, l.prefix, i)
 		req, _ := http.NewRequest(http.MethodPost, s.stubURL+"/rail/v1/payments", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		return do(s.client, req, http.StatusOK)
 	}
-	via := func(i int) error { return do(s.client, l.request(s.proxyURL, i%64, 64, i/64), http.StatusOK) }
+	via := func(ps []planned) func(i int) error {
+		return func(i int) error { return do(s.client, l.requestFor(s.proxyURL, ps[i]), http.StatusOK) }
+	}
 	openLoop(b, 200, rate, direct) // warm-up
-	openLoop(b, 200, rate, via)
+	openLoop(b, 200, rate, via(warm))
 	b.ResetTimer()
 	d := openLoop(b, b.N, rate, direct)
-	v := openLoop(b, b.N, rate, via)
+	v := openLoop(b, b.N, rate, via(measured))
 	b.StopTimer()
 	dp50, dp99 := percentile(d, .5), percentile(d, .99)
 	vp50, vp99 := percentile(v, .5), percentile(v, .99)
@@ -279,7 +376,10 @@ func BenchmarkInflightRSS(b *testing.B) {
 
 	// The real binary, built here, so the figure is rail-proxy's and not the test
 	// binary's.
-	url, stderr, pid := startBinary(b, "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn")
+	// It measures memory held by submissions in flight, of made-up payouts: the
+	// books check is off.
+	url, stderr, pid := startBinary(b, "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+stub.URL, "LOG_LEVEL=warn",
+		"RAIL_PROXY_BOOKS_CHECK=false")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}, Timeout: 30 * time.Second}
 	l := newLoad(inflight)
 	b.ResetTimer()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
@@ -649,5 +650,72 @@ func TestBooksHoldUnderRacingSubmissions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The fence verdict is given against the mark as it is now, not as the
+// statement's snapshot saw it: the admission waits for a mark row another
+// admission holds, and judges the value that admission committed. Here the holder
+// raises the mark from 10 to 20 while an unbooked submission with 15 waits: it
+// is FENCED_OUT under 20, not UNBOOKED under 10.
+func TestBooksJudgeTheMarkAsItIsNow(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, dbURL)
+	ctx := context.Background()
+	store, err := OpenStore(ctx, dbURL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	sub := func(id string, token int64) Submission {
+		return Submission{PayoutID: id, AccountID: "acct-now", Token: token, OwnerID: "w", IdempotencyKey: id,
+			AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}
+	}
+	book(t, db, booked(payout{PayoutID: "p-now-0", AccountID: "acct-now", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, 10, "w"))
+	if a, err := store.Admit(ctx, sub("p-now-0", 10), true, true, time.Minute); err != nil || a.Verdict != Admitted {
+		t.Fatalf("seed: %+v %v", a, err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE rail_high_water SET highest_token = 20 WHERE account_id = 'acct-now'`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		a   Admission
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := store.Admit(ctx, sub("p-now-1", 15), true, true, time.Minute)
+		done <- result{a, err}
+	}()
+	var early *result
+	eventually(t, 10*time.Second, "the unbooked admission to wait for the held mark row", func() bool {
+		select {
+		case r := <-done:
+			early = &r
+			return true
+		default:
+		}
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	if early != nil {
+		t.Fatalf("the admission did not wait for the held mark row: %+v %v", early.a, early.err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.a.Verdict != Fenced || r.a.HighestToken != 20 {
+		t.Fatalf("token 15 after the mark became 20: %+v %v, want FENCED under 20", r.a, r.err)
 	}
 }

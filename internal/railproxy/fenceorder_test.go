@@ -17,7 +17,9 @@ import (
 // would not be serialised by that row and submission_id order would not be
 // admission order. The test holds the mark row locked, starts an admission, and
 // looks at the identity sequence while the admission waits on that lock: had the
-// intent insert run first, it would already have drawn an id.
+// intent insert run first, it would already have drawn an id. With the books
+// check on (docs/contracts/books.md) the statement is another, whose intent gate
+// reads the books verdict: the same holds, its payouts booked.
 func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.PaydbURL(t)
@@ -33,7 +35,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT pg_get_serial_sequence('rail_submission', 'submission_id')`).Scan(&seq); err != nil {
 		t.Fatal(err)
 	}
-	lastID := func() int64 {
+	lastID := func(t *testing.T) int64 {
 		var v *int64
 		if err := db.QueryRow(ctx, `SELECT pg_sequence_last_value($1::regclass)`, seq).Scan(&v); err != nil {
 			t.Fatal(err)
@@ -44,12 +46,29 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		return *v
 	}
 
+	for _, books := range []bool{false, true} {
+		t.Run(fmt.Sprintf("books=%v", books), func(t *testing.T) { fenceBeforeIntent(t, db, store, lastID, books) })
+	}
+}
+
+func fenceBeforeIntent(t *testing.T, db dbq, store *Store, lastID func(*testing.T) int64, books bool) {
+	ctx := context.Background()
+	sfx := map[bool]string{false: "", true: "-books"}[books]
+	// Every payout presented below is booked as presented (a no-op for the
+	// statement without the books check).
+	bookAs := func(id, account string, token int64) {
+		if books {
+			book(t, db, booked(payout{PayoutID: id, AccountID: account, AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, token, "w"))
+		}
+	}
 	for i, fencing := range []bool{false, true} {
-		account := []string{"acct-order-off", "acct-order-on"}[i]
+		account := []string{"acct-order-off", "acct-order-on"}[i] + sfx
 		// The account has a mark of 10; the admission below presents 11, which
 		// passes in both modes.
+		bookAs(account+"-p0", account, 10)
+		bookAs(account+"-p1", account, 11)
 		if _, err := store.Admit(ctx, Submission{PayoutID: account + "-p0", AccountID: account, Token: 10,
-			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute); err != nil {
+			OwnerID: "w", IdempotencyKey: "k0", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, books, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := db.Begin(ctx)
@@ -59,13 +78,13 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 		if _, err := tx.Exec(ctx, `SELECT FROM rail_high_water WHERE account_id = $1 FOR UPDATE`, account); err != nil {
 			t.Fatal(err)
 		}
-		before := lastID()
+		before := lastID(t)
 		done := make(chan error, 1)
 		var adm Admission
 		go func() {
 			var err error
 			adm, err = store.Admit(ctx, Submission{PayoutID: account + "-p1", AccountID: account, Token: 11,
-				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute)
+				OwnerID: "w", IdempotencyKey: "k1", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, books, time.Minute)
 			done <- err
 		}()
 		// Wait until the admission statement is blocked on a lock.
@@ -77,7 +96,7 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 			}
 			return n == 1
 		})
-		if after := lastID(); after != before {
+		if after := lastID(t); after != before {
 			t.Errorf("fencing=%v: the intent insert drew submission_id %d before the fence took the mark row's lock", fencing, after)
 		}
 		if err := tx.Rollback(ctx); err != nil {
@@ -92,8 +111,10 @@ func TestFenceRunsBeforeIntentInBothModes(t *testing.T) {
 	}
 	// Fencing on still refuses an equal token; fencing off admits it.
 	for _, fencing := range []bool{true, false} {
-		adm, err := store.Admit(ctx, Submission{PayoutID: "acct-order-on-p-eq-" + map[bool]string{true: "on", false: "off"}[fencing],
-			AccountID: "acct-order-on", Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, false, time.Minute)
+		id := "acct-order-on-p-eq-" + map[bool]string{true: "on", false: "off"}[fencing] + sfx
+		bookAs(id, "acct-order-on"+sfx, 11)
+		adm, err := store.Admit(ctx, Submission{PayoutID: id,
+			AccountID: "acct-order-on" + sfx, Token: 11, OwnerID: "w", IdempotencyKey: "k", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, fencing, books, time.Minute)
 		var ce *CommitError
 		if errors.As(err, &ce) || err != nil {
 			t.Fatal(err)
