@@ -352,11 +352,12 @@ func writeKeep(w io.Writer, runs []*Result) {
 		fmt.Fprintf(w, "  curl -s '%s/v1/rail/submissions?payoutId=p-00001'\n", u["rail-proxy"])
 		fmt.Fprintf(w, "  curl -s '%s/rail/v1/calls?limit=3'\n", u["rail-stub"])
 		fmt.Fprintf(w, "  curl -s '%s/v1/locks/account:acct-01/grants?limit=3'\n", u["lock-server"])
-		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^(rail_submission_total|lock_fenced_out_total|rail_proxy_fencing_enabled)'\n", u["rail-proxy"])
+		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^(rail_submission_total|lock_fenced_out_total|rail_proxy_fencing_enabled|rail_proxy_books_check_enabled)'\n", u["rail-proxy"])
 		fmt.Fprintf(w, "  psql '%s' -c 'SELECT outcome, count(*) FROM rail_submission GROUP BY 1'\n", u["paydb"])
 		fmt.Fprintf(w, "  curl -s '%s/v1/rail/statement?limit=3'\n", u["rail-proxy"])
 		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^reconciler_(settled|exception)_total'\n", u["reconciler"])
 		fmt.Fprintf(w, "  psql '%s' -c 'SELECT kind, payout_id, seq, detail FROM reconciliation_exception'\n", u["paydb"])
+		fmt.Fprintf(w, "  psql '%s' -c \"SELECT status, fence_token, owner_id, recorded_at FROM payout_history WHERE payout_id = 'p-00001' ORDER BY history_id\"\n", u["paydb"])
 	}
 	fmt.Fprintln(w, "\nCtrl-C stops them.")
 }
