@@ -130,6 +130,13 @@ func TestBooksBoundHistoryHoldsInvariant8(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}
 	}
+	// A line copied before lines carried beneficiaries has none: its
+	// beneficiary is not compared.
+	old := loadBooked(t)
+	old.StatementLines[2].Beneficiary = ""
+	if r := Evaluate(old, booksBound); len(of8(r)) != 0 {
+		t.Errorf("a settle from a line without a beneficiary judged: %v", r.Violations)
+	}
 	// Without the history there is no invariant 8.
 	if r := Evaluate(h, Options{FencingEnabled: true}); slices.ContainsFunc(r.Invariants, func(v Verdict) bool { return v.Invariant == 8 }) {
 		t.Fatal("invariant 8 judged without Options.BooksBound")
