@@ -21,6 +21,10 @@ const (
 	DefaultMaxConns  = 20
 	DefaultDBTimeout = 2 * time.Second
 	maxMaxConns      = 10_000
+	// DefaultSettleAfter is PAYMENT_SETTLE_AFTER's default, the reconciler's
+	// RECONCILER_SETTLE_AFTER default: a deployment sets the two alike
+	// (docs/contracts/books.md).
+	DefaultSettleAfter = 5 * time.Minute
 )
 
 // Config is every setting of payment-resource (docs/contracts/configuration.md)
@@ -38,6 +42,14 @@ type Config struct {
 	// post's X-Fencing-Grant is verified with (docs/contracts/signed-grants.md).
 	// Empty: grants are not verified.
 	GrantKeysFile string
+	// BooksCheck is PAYMENT_BOOKS_CHECK: a post must agree with the payout's
+	// forwardable rail_submission row, a settle with the statement copy
+	// (docs/contracts/books.md). false: as before the check, for callers whose
+	// audit trail lives in another database; start-up says so at WARN.
+	BooksCheck bool
+	// SettleAfter is PAYMENT_SETTLE_AFTER: a NOT_PRESENTED settle needs the
+	// statement read this long after the payout's attempt (docs/contracts/books.md).
+	SettleAfter time.Duration
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -55,6 +67,8 @@ func DefaultConfig() Config {
 		Addr:          DefaultAddr,
 		LogLevel:      DefaultLogLevel,
 		PaydbMaxConns: DefaultMaxConns,
+		BooksCheck:    true,
+		SettleAfter:   DefaultSettleAfter,
 	}
 }
 
@@ -72,6 +86,9 @@ func (c Config) Validate() error {
 		if err := service.CheckSettleToken(c.SettleToken); err != nil {
 			return err
 		}
+	}
+	if c.SettleAfter <= 0 {
+		return serve.Invalid("PAYMENT_SETTLE_AFTER", "must be positive, got %s", c.SettleAfter)
 	}
 	if c.DBTimeout < 0 {
 		return fmt.Errorf("payment: DBTimeout must not be negative")
@@ -123,6 +140,10 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 			"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
 		s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
 			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (docs/contracts/signed-grants.md); empty: tokens are not verified")
+		s.Bool(&cfg.BooksCheck, "PAYMENT_BOOKS_CHECK", true,
+			"post only the outcome the audit trail recorded and settle only as the statement copy says (docs/contracts/books.md); false only when the callers' books live in another database (logged at WARN)")
+		s.Duration(&cfg.SettleAfter, "PAYMENT_SETTLE_AFTER", DefaultSettleAfter,
+			"how long after a payout's attempt the statement must have been read before a NOT_PRESENTED settle is taken; set it as RECONCILER_SETTLE_AFTER")
 	})
 	if err != nil {
 		return cmd, cfg, err

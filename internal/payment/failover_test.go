@@ -44,7 +44,7 @@ func heldCall(t *testing.T, p *pgcluster.Pair, terminate bool, call func() error
 // replication warning answers 503 UNAVAILABLE: PostgreSQL called it a success,
 // but the standby may not have it, so it did not happen.
 func TestCommitNotDurableIsUnavailable(t *testing.T) {
-	p, e := onPair(t)
+	p, e := onPair(t, booksUnchecked) // about the commit's durability; its payouts never went to the rail
 	ctx := context.Background()
 	req := func(id string) lockapi.SubmissionRequest {
 		return lockapi.SubmissionRequest{PayoutID: id, AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
@@ -93,7 +93,7 @@ func TestCommitOutlivingTheBoundIsUnavailable(t *testing.T) {
 // without a restart, answering 503 UNAVAILABLE while no server accepts writes;
 // what was committed before the kill is on the new primary.
 func TestServesAcrossFailover(t *testing.T) {
-	p, e := onPair(t)
+	p, e := onPair(t, booksUnchecked) // about failover; its payout never went to the rail
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e.create(t, "p-1", "acct-1", 100)

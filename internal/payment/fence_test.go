@@ -83,7 +83,7 @@ func TestClaimFencePointA(t *testing.T) {
 // are all FENCED_OUT and write nothing.
 func TestPostOnlyByClaimant(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about who may post; its payouts never went to the rail
 	ctx := context.Background()
 	e.create(t, "p-1", "acct-1", 1250)
 	e.create(t, "p-2", "acct-1", 99)
@@ -162,7 +162,7 @@ func TestPostOnlyByClaimant(t *testing.T) {
 // no ledger entry.
 func TestFinalPayoutsNeverMove(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about final states; its payouts never went to the rail
 	ctx := context.Background()
 	posts := map[string]lockapi.PostRequest{
 		lockapi.StatusPaid:      {Outcome: lockapi.StatusPaid, RailReference: ptr("RS-9")},
@@ -223,7 +223,7 @@ func TestFinalPayoutsNeverMove(t *testing.T) {
 // is counted. Once the ledger accepts, the same post succeeds.
 func TestPaidPostAndLedgerAtomic(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about the ledger entry's atomicity; its payouts never went to the rail
 	ctx := context.Background()
 	e.create(t, "p-1", "acct-1", 700)
 	e.create(t, "p-2", "acct-1", 800)
@@ -369,7 +369,8 @@ func TestConcurrentClaimsHighestWins(t *testing.T) {
 // most one ledger entry — exactly one when the winner was PAID.
 func TestConcurrentPostsOneLedgerEntry(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *payment.Config) { c.DBTimeout = 20 * time.Second })
+	// About concurrent posts; its payouts never went to the rail: books unchecked.
+	e := start(t, booksUnchecked, func(c *payment.Config) { c.DBTimeout = 20 * time.Second })
 	ctx := context.Background()
 	outcomes := []string{lockapi.StatusPaid, lockapi.StatusDeclined, lockapi.StatusAmbiguous}
 	const rounds, posters = 4, 16
@@ -446,7 +447,7 @@ func deref(s *string) string {
 // kept as given.
 func TestPostRecordsRailWordsVerbatim(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about storing the words as given; its payouts never went to the rail
 	ctx := context.Background()
 	long := "RS-" + strings.Repeat("x", 31) + "✓" // 35 characters, the bound
 	for _, tc := range []struct {

@@ -57,7 +57,9 @@ func (e *env) fenced(t testing.TB, id, call string, token int64, owner string, g
 func TestGrantRefusalsChangeNothing(t *testing.T) {
 	t.Parallel()
 	key, keysFile := granttest.Keys(t)
-	e := start(t, func(c *payment.Config) { c.GrantKeysFile = keysFile })
+	// About grant refusals; the honest post at the end is of a payout that never
+	// went to the rail: books unchecked.
+	e := start(t, booksUnchecked, func(c *payment.Config) { c.GrantKeysFile = keysFile })
 	e.create(t, "p-1", "acct-1", 500)
 	e.create(t, "p-10", "acct-10", 700)
 	// p-1 is claimed and awaiting its post by an honest holder with token 40.
@@ -125,7 +127,9 @@ func TestGrantRefusalsChangeNothing(t *testing.T) {
 func TestGrantPrecedenceAtPaymentResource(t *testing.T) {
 	t.Parallel()
 	key, keysFile := granttest.Keys(t)
-	e := start(t, func(c *payment.Config) { c.GrantKeysFile = keysFile })
+	// About the grant's precedence; its DECLINED payout never went to the rail:
+	// books unchecked.
+	e := start(t, booksUnchecked, func(c *payment.Config) { c.GrantKeysFile = keysFile })
 	e.create(t, "p-final", "acct-1", 500)
 	e.create(t, "p-claimed", "acct-1", 500)
 	g := func(token int64) string { return granttest.Sign(t, key, "acct-1", token, "w") }

@@ -157,11 +157,21 @@ func (h *handlers) post(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse answers a claim or post the store refused: 404, 409 PAYOUT_FINAL,
-// 409 FENCED_OUT (logged and counted), or a failure.
+// 409 FENCED_OUT (logged and counted), 409 OUTCOME_NOT_RECORDED (logged), or a
+// failure.
 func (h *handlers) refuse(w http.ResponseWriter, r *http.Request, call, id string, f lockapi.Fencing, err error) {
 	var final *FinalError
 	var fenced *FencedError
+	var unrecorded *OutcomeNotRecordedError
 	switch {
+	case errors.As(err, &unrecorded):
+		h.logger.Warn("payout post refused: the audit trail did not record this outcome", "event", "outcome_not_recorded",
+			"payoutId", id, "posted", unrecorded.Posted, "recorded", unrecorded.Recorded, "submissionId", unrecorded.SubmissionID,
+			"mismatch", unrecorded.Mismatch, "presentedBeneficiary", maskedOrEmpty(unrecorded.PresentedBeneficiary),
+			"token", f.Token, "ownerId", f.OwnerID, "reason", unrecorded.Reason)
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeOutcomeNotRecorded,
+			"post of payout "+id+" refused: "+unrecorded.Reason,
+			map[string]any{"recorded": unrecorded.Recorded}))
 	case errors.As(err, &final):
 		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodePayoutFinal,
 			"payout "+id+" is "+final.Status+"; a final payout never changes",
@@ -197,6 +207,15 @@ func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
 		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 			"internal error", nil))
 	}
+}
+
+// maskedOrEmpty masks a beneficiary for a log line (lockapi.MaskBeneficiary);
+// an absent one stays empty.
+func maskedOrEmpty(b string) string {
+	if b == "" {
+		return ""
+	}
+	return lockapi.MaskBeneficiary(b)
 }
 
 func joinFields(fs []string) string {

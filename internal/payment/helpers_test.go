@@ -72,6 +72,11 @@ func start(t testing.TB, opts ...func(*payment.Config)) *env {
 	return startOn(t, pgtest.PaydbURL(t), opts...)
 }
 
+// booksUnchecked turns PAYMENT_BOOKS_CHECK off, for a test about something else
+// whose payouts never went to the rail: it posts outcomes no audit row records,
+// or settles with no statement copy. books_test.go tests the check, on.
+func booksUnchecked(c *payment.Config) { c.BooksCheck = false }
+
 func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

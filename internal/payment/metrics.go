@@ -16,6 +16,10 @@ type metrics struct {
 	fencedOut   *prometheus.CounterVec // lock_fenced_out_total{resource}
 	transitions *prometheus.CounterVec // payout_transition_total{to}
 	settles     *prometheus.CounterVec // payout_settle_total{outcome}
+	// booksCheck is payment_books_check_enabled: 1 when posts and settles are
+	// checked against the audit trail and the statement copy, 0 when
+	// PAYMENT_BOOKS_CHECK is false (docs/contracts/books.md).
+	booksCheck prometheus.Gauge
 }
 
 // transitionLabels is the closed set of payout_transition_total's "to".
@@ -24,7 +28,7 @@ var transitionLabels = []string{"claimed", "paid", "declined", "ambiguous", "not
 // settleLabels is the closed set of payout_settle_total's "outcome".
 var settleLabels = []string{"paid", "declined", "not_presented"}
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, booksCheck bool) (*metrics, error) {
 	m := &metrics{
 		fencedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lock_fenced_out_total",
@@ -38,11 +42,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "payout_settle_total",
 			Help: "AMBIGUOUS payouts settled from the rail's statement, by outcome (identical repeats not counted).",
 		}, []string{"outcome"}),
+		booksCheck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payment_books_check_enabled",
+			Help: "1 when posts and settles must agree with the audit trail and the statement copy (PAYMENT_BOOKS_CHECK); 0 when they are not checked.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.fencedOut, m.transitions, m.settles} {
+	for _, c := range []prometheus.Collector{m.fencedOut, m.transitions, m.settles, m.booksCheck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
+	}
+	if booksCheck {
+		m.booksCheck.Set(1)
 	}
 	m.fencedOut.WithLabelValues("payout")
 	for _, to := range transitionLabels {

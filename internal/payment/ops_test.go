@@ -26,7 +26,7 @@ import (
 // /actuator/prometheus alike.
 func TestMetricsZeroInitialised(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about the metrics' labels; its payouts never went to the rail
 	series := []string{`lock_fenced_out_total{resource="payout"}`}
 	for _, to := range []string{"claimed", "paid", "declined", "ambiguous", "not_presented"} {
 		series = append(series, fmt.Sprintf(`payout_transition_total{to=%q}`, to))
@@ -263,14 +263,16 @@ func TestParseConfig(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	cmd, cfg, err := payment.ParseConfig(nil, env(nil))
 	if err != nil || cmd != "serve" || cfg.Addr != ":8082" || cfg.LogLevel != "info" || cfg.PaydbMaxConns != 20 || cfg.PaydbURL != "" ||
-		cfg.UnsafeNonDurableDB {
+		cfg.UnsafeNonDurableDB || !cfg.BooksCheck || cfg.SettleAfter != 5*time.Minute {
 		t.Fatalf("defaults: %q %+v %v", cmd, cfg, err)
 	}
 	vars := map[string]string{"PAYMENT_RESOURCE_ADDR": "127.0.0.1:9000", "LOG_LEVEL": "debug",
-		"PAYDB_URL": "postgres://u:secret@db.example:5432/paydb", "PAYDB_MAX_CONNS": "7", "UNSAFE_NON_DURABLE_DB": "true"}
-	cmd, cfg, err = payment.ParseConfig([]string{"migrate", "--paydb-max-conns", "9"}, env(vars))
+		"PAYDB_URL": "postgres://u:secret@db.example:5432/paydb", "PAYDB_MAX_CONNS": "7", "UNSAFE_NON_DURABLE_DB": "true",
+		"PAYMENT_BOOKS_CHECK": "false", "PAYMENT_SETTLE_AFTER": "90s"}
+	cmd, cfg, err = payment.ParseConfig([]string{"migrate", "--paydb-max-conns", "9", "--payment-settle-after", "2m"}, env(vars))
 	if err != nil || cmd != "migrate" || cfg.Addr != "127.0.0.1:9000" || cfg.LogLevel != "debug" ||
-		cfg.PaydbMaxConns != 9 || cfg.PaydbURL != vars["PAYDB_URL"] || !cfg.UnsafeNonDurableDB {
+		cfg.PaydbMaxConns != 9 || cfg.PaydbURL != vars["PAYDB_URL"] || !cfg.UnsafeNonDurableDB ||
+		cfg.BooksCheck || cfg.SettleAfter != 2*time.Minute {
 		t.Fatalf("env and flags: %q %+v %v", cmd, cfg, err)
 	}
 	if _, cfg, err = payment.ParseConfig([]string{"--unsafe-non-durable-db=false"}, env(vars)); err != nil || cfg.UnsafeNonDurableDB {
@@ -291,6 +293,10 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 		{nil, map[string]string{"PAYMENT_SETTLE_TOKEN": "secret-but-short"[:10]}, "PAYMENT_SETTLE_TOKEN"},
 		{nil, map[string]string{"PAYMENT_SETTLE_TOKEN": "secret with spaces in it"}, "PAYMENT_SETTLE_TOKEN"},
+		{nil, map[string]string{"PAYMENT_SETTLE_AFTER": "0s"}, "PAYMENT_SETTLE_AFTER"},
+		{nil, map[string]string{"PAYMENT_SETTLE_AFTER": "-1m"}, "PAYMENT_SETTLE_AFTER"},
+		{nil, map[string]string{"PAYMENT_SETTLE_AFTER": "soon"}, "PAYMENT_SETTLE_AFTER"},
+		{nil, map[string]string{"PAYMENT_BOOKS_CHECK": "maybe"}, "PAYMENT_BOOKS_CHECK"},
 	} {
 		_, _, err := payment.ParseConfig(tc.args, env(tc.env))
 		var ue *serve.UsageError
@@ -307,7 +313,8 @@ func TestParseConfig(t *testing.T) {
 	if !errors.Is(err, serve.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate", "PAYMENT_SETTLE_TOKEN"} {
+	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate", "PAYMENT_SETTLE_TOKEN",
+		"PAYMENT_BOOKS_CHECK", "PAYMENT_SETTLE_AFTER", "5m0s"} {
 		if !strings.Contains(usage.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, usage.String())
 		}

@@ -14,7 +14,7 @@ import (
 // writes nothing: the payout stays as it was.
 func TestRailWordsMustBeStorableText(t *testing.T) {
 	t.Parallel()
-	e := start(t, withSettleToken)
+	e := start(t, withSettleToken, booksUnchecked) // about text rules; its AMBIGUOUS payout never went to the rail
 	e.create(t, "p-claimed", "acct-1", 10)
 	e.claim(t, "p-claimed", 5, "exec-a")
 	e.ambiguous(t, "p-ambiguous", 20, 6)

@@ -9,5 +9,5 @@ import (
 // MetricsRegistry is payment-resource's registry as Run builds it, every family
 // zero-initialised, without starting anything (service.Registry).
 func MetricsRegistry() *prometheus.Registry {
-	return service.Registry(func(reg prometheus.Registerer) { _, _ = newMetrics(reg) }, service.DatabaseFamilies, service.GrantFamilies)
+	return service.Registry(func(reg prometheus.Registerer) { _, _ = newMetrics(reg, true) }, service.DatabaseFamilies, service.GrantFamilies)
 }

@@ -44,18 +44,23 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		m, err := newMetrics(sv.Registry)
+		m, err := newMetrics(sv.Registry, cfg.BooksCheck)
 		if err != nil {
 			return err
+		}
+		if !cfg.BooksCheck {
+			sv.Logger.Warn("BOOKS ARE NOT CHECKED: posts are not compared with the audit trail nor settles with the statement copy; only for callers whose books live in another database",
+				"event", "books_not_checked", "setting", "PAYMENT_BOOKS_CHECK")
 		}
 		gate, err := sv.GrantGate(keys)
 		if err != nil {
 			return err
 		}
-		h := &handlers{store: &store{pool: pool}, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
+		st := &store{pool: pool, books: cfg.BooksCheck, settleAfter: cfg.SettleAfter}
+		h := &handlers{store: st, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
 		return sv.Serve(ctx, newServer(h, sv.Health, sv.Registry), serve.Serve, func(string) {
 			sv.Logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
-				"settleEndpoint", cfg.SettleToken != "")
+				"settleEndpoint", cfg.SettleToken != "", "booksCheck", cfg.BooksCheck, "settleAfter", cfg.SettleAfter.String())
 		})
 	})
 }

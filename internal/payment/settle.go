@@ -44,7 +44,18 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 	p, moved, err := h.store.Settle(ctx, id, u)
 	var final *FinalError
 	var owned *SettleStatusError
+	var contradicts *SettleContradictsError
 	switch {
+	case errors.As(err, &contradicts):
+		var lineBeneficiary string
+		if contradicts.LineBeneficiary != nil {
+			lineBeneficiary = lockapi.MaskBeneficiary(*contradicts.LineBeneficiary)
+		}
+		h.logger.Warn("settle refused: the statement copy does not say so", "event", "settle_contradicts_statement",
+			"payoutId", id, "outcome", u.Outcome, "statementSeq", u.StatementSeq, "railReference", u.RailReference,
+			"lineSeq", contradicts.LineSeq, "lineBeneficiary", lineBeneficiary, "reason", contradicts.Reason)
+		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeSettleContradictsStatement,
+			"settle of payout "+id+" as "+u.Outcome+" refused: "+contradicts.Reason, nil))
 	case errors.As(err, &final):
 		h.logger.Warn("settle refused: the payout is final", "event", "settle_refused", "payoutId", id,
 			"outcome", u.Outcome, "statementSeq", u.StatementSeq, "payoutStatus", final.Status)

@@ -22,7 +22,7 @@ import (
 // back answers 200 with the payout as the first settle left it, and one ledger
 // entry exists.
 func TestSettleCommitNotDurableIsUnavailable(t *testing.T) {
-	p, e := onPair(t, withSettleToken)
+	p, e := onPair(t, withSettleToken, booksUnchecked) // about the commit's durability; no attempt, no statement copy
 	e.ambiguous(t, "p-paid", 1500, 7)
 	e.ambiguous(t, "p-absent", 30, 8)
 	for _, c := range []struct {
@@ -92,7 +92,8 @@ func TestCommitNotDurableIsUnavailableWhateverClientMinMessages(t *testing.T) {
 	t.Cleanup(p.ReleaseStandby) // before Stop: a held standby would hold the drain's commits
 	ctx := context.Background()
 	for _, quiet := range pgtest.QuietPlaces {
-		e := startOn(t, pgtest.Quiet(t, p, "paydb", quiet), withSettleToken)
+		// About the commit's durability; no attempt, no statement copy: books unchecked.
+		e := startOn(t, pgtest.Quiet(t, p, "paydb", quiet), withSettleToken, booksUnchecked)
 		id := func(s string) string { return "p-" + quiet + "-" + s }
 		req := lockapi.SubmissionRequest{PayoutID: id("create"), AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
 		calls := []struct {

@@ -60,7 +60,7 @@ var bearer = "Bearer " + settleToken
 // outcome is final for executors afterwards.
 func TestSettleMovesAmbiguousOnce(t *testing.T) {
 	t.Parallel()
-	e := start(t, withSettleToken)
+	e := start(t, withSettleToken, booksUnchecked) // about settle's moves and repeats; no attempt, no statement copy
 	e.ambiguous(t, "p-paid", 1500, 7)
 	e.ambiguous(t, "p-declined", 20, 3)
 	e.ambiguous(t, "p-absent", 30, 4)
@@ -148,7 +148,7 @@ func TestSettleMovesAmbiguousOnce(t *testing.T) {
 // with; an unknown payout is 404. None of them is written.
 func TestSettleRefusesWhatIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
-	e := start(t, withSettleToken)
+	e := start(t, withSettleToken, booksUnchecked) // about settle's status rules; no attempt, no statement copy
 	e.create(t, "p-pending", "acct-1", 10)
 	e.create(t, "p-claimed", "acct-1", 10)
 	e.claim(t, "p-claimed", 2, "exec-a")
@@ -190,7 +190,7 @@ func TestSettleRefusesWhatIsNotAmbiguous(t *testing.T) {
 // 400 as for every endpoint. Nothing is written and nothing counted.
 func TestSettleBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
-	e := start(t, withSettleToken)
+	e := start(t, withSettleToken, booksUnchecked) // about settle's validation; no attempt, no statement copy
 	e.ambiguous(t, "p-1", 10, 1)
 	before := e.settleSnapshot(t)
 	good := `{"outcome":"PAID","railReference":"RS-1","statementSeq":1}`
@@ -273,7 +273,7 @@ func TestSettleBadInputWritesNothing(t *testing.T) {
 // bearer token and a good body, and nothing moves.
 func TestSettleDisabledWithoutToken(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about the route's absence; its AMBIGUOUS payout never went to the rail
 	e.ambiguous(t, "p-1", 10, 1)
 	for _, auth := range []string{"", "Bearer ", bearer} {
 		status, pr, _ := e.settle(t, "p-1", auth, `{"outcome":"NOT_PRESENTED"}`)
@@ -292,7 +292,7 @@ func TestSettleDisabledWithoutToken(t *testing.T) {
 // only send what they got; every check is made here, on the test's goroutine.
 func TestConcurrentSettlesBookOnce(t *testing.T) {
 	t.Parallel()
-	e := start(t, withSettleToken)
+	e := start(t, withSettleToken, booksUnchecked) // about concurrent settles; no attempt, no statement copy
 	e.ambiguous(t, "p-1", 10, 5)
 	const n = 8
 	type result struct {

@@ -55,9 +55,19 @@ func (e *ConflictError) Error() string {
 	return "payout exists with different " + strings.Join(e.Fields, ", ")
 }
 
-// store is payment-resource's view of paydb: payout and ledger_entry only.
+// store is payment-resource's view of paydb. It writes payout, ledger_entry,
+// payout_settlement and payout_history; with the books check on it also reads
+// the audit trail (rail_submission), the statement copy (rail_statement_line,
+// reconciler_cursor) and the reconciler's UNSTORABLE_LINE exceptions, never
+// writing them (docs/contracts/books.md).
 type store struct {
 	pool *pgxpool.Pool
+	// books is PAYMENT_BOOKS_CHECK: posts and settles are checked against the
+	// audit trail and the statement copy in their own transaction.
+	books bool
+	// settleAfter is PAYMENT_SETTLE_AFTER, the window a NOT_PRESENTED settle
+	// waits for after the payout's attempt.
+	settleAfter time.Duration
 }
 
 const payoutColumns = `payout_id, account_id, amount_minor, currency, beneficiary, status,
@@ -71,11 +81,26 @@ func scanPayout(row pgx.Row) (lockapi.Payout, error) {
 	return p, err
 }
 
-const insertPayoutSQL = `
+// withHistory makes move, a write of one payout row RETURNING payoutColumns,
+// record the payout as it left it in payout_history, in the same statement (so
+// in the same transaction, at no extra round trip): one row per move, never one
+// for a write that matched nothing. owner is the expression the row's owner_id
+// takes. actor stays NULL: the callers are not identified yet
+// (docs/contracts/books.md, "The claim history").
+func withHistory(move, owner string) string {
+	return `WITH moved AS (` + move + `), history AS (
+INSERT INTO payout_history (payout_id, status, fence_token, owner_id, rail_reference, decline_reason)
+SELECT payout_id, status, fence_token, ` + owner + `, rail_reference, decline_reason FROM moved)
+SELECT ` + payoutColumns + ` FROM moved`
+}
+
+// insertPayoutSQL creates the payout and its PENDING history row; a create that
+// lost to an existing row inserts neither.
+var insertPayoutSQL = withHistory(`
 INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (payout_id) DO NOTHING
-RETURNING ` + payoutColumns
+RETURNING `+payoutColumns, "NULL::text")
 
 // Create inserts a PENDING payout. created is false when the payoutId already
 // existed: with identical fields that is the same create again (no error), with
@@ -233,12 +258,18 @@ func (s *store) Claim(ctx context.Context, id string, token int64, owner string)
 	return p, nil
 }
 
+// claimWithHistorySQL is claimSQL recording the claim, its token and owner, in
+// payout_history.
+var claimWithHistorySQL = withHistory(claimSQL, "claimed_by")
+
 func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string) (lockapi.Payout, error) {
 	// fence_token only grows and final states never move, so a row the UPDATE
 	// refused can look claimable only if it did not exist yet when the UPDATE's
 	// snapshot was taken: updateOrExplain then runs the UPDATE again.
 	return updateOrExplain(ctx, tx, "claim payout", id,
-		func() (lockapi.Payout, error) { return scanPayout(tx.QueryRow(ctx, claimSQL, id, token, owner)) },
+		func() (lockapi.Payout, error) {
+			return scanPayout(tx.QueryRow(ctx, claimWithHistorySQL, id, token, owner))
+		},
 		func(st payoutState) error {
 			if st.fence >= token {
 				return st.fenced(token, fmt.Sprintf("token %d is not greater than the payout's fence token %d", token, st.fence))
@@ -296,6 +327,10 @@ const postSQL = `UPDATE payout SET status=$4, rail_reference=$5, decline_reason=
  WHERE payout_id=$1 AND status='CLAIMED' AND fence_token=$2 AND claimed_by=$3
 RETURNING ` + payoutColumns
 
+// postWithHistorySQL is postSQL recording the post, with the poster's token and
+// owner, in payout_history.
+var postWithHistorySQL = withHistory(postSQL, "claimed_by")
+
 // ledgerSQL debits the account: amount_minor is the payout's amount negated.
 const ledgerSQL = `INSERT INTO ledger_entry (payout_id, account_id, amount_minor, currency, posted_token)
 VALUES ($1, $2, $3, $4, $5)`
@@ -309,13 +344,19 @@ type postUpdate struct {
 
 // Post moves a CLAIMED payout to its final status. A PAID post writes its
 // ledger_entry in the same transaction: both commit or neither does. Refusals,
-// in the contract's precedence: ErrNotFound, *FinalError, *FencedError.
+// in the contract's precedence: ErrNotFound, *FinalError, *FencedError, then,
+// with the books check on, *OutcomeNotRecordedError.
 func (s *store) Post(ctx context.Context, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return lockapi.Payout{}, fmt.Errorf("post payout: %w", err)
 	}
 	defer rollback(ctx, tx)
+	if s.books {
+		if u, err = bookedPostInTx(ctx, tx, id, token, owner, u); err != nil {
+			return lockapi.Payout{}, err
+		}
+	}
 	p, err := postInTx(ctx, tx, id, token, owner, u)
 	if err != nil {
 		return lockapi.Payout{}, err
@@ -336,27 +377,121 @@ func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner stri
 	// after the UPDATE's snapshot (a post racing its own claim): run it again.
 	return updateOrExplain(ctx, tx, "post payout", id,
 		func() (lockapi.Payout, error) {
-			return scanPayout(tx.QueryRow(ctx, postSQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
+			return scanPayout(tx.QueryRow(ctx, postWithHistorySQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
 		},
-		func(st payoutState) error {
-			switch {
-			case st.status != lockapi.StatusClaimed:
-				return st.fenced(token, "the payout is not claimed")
-			case st.fence != token:
-				return st.fenced(token, fmt.Sprintf("token %d is not the claimant's token %d", token, st.fence))
-			case st.claimedBy == nil || *st.claimedBy != owner:
-				return st.fenced(token, "the payout was claimed with this token by another owner")
+		judgePost(token, owner))
+}
+
+// judgePost explains why a payout is not the poster's to post: FENCED_OUT.
+func judgePost(token int64, owner string) func(payoutState) error {
+	return func(st payoutState) error {
+		switch {
+		case st.status != lockapi.StatusClaimed:
+			return st.fenced(token, "the payout is not claimed")
+		case st.fence != token:
+			return st.fenced(token, fmt.Sprintf("token %d is not the claimant's token %d", token, st.fence))
+		case st.claimedBy == nil || *st.claimedBy != owner:
+			return st.fenced(token, "the payout was claimed with this token by another owner")
+		}
+		return nil
+	}
+}
+
+// forwardable is the predicate of rail_submission_attempt_uidx: the payout's one
+// attempt at the rail, resolved or not (docs/contracts/database.md).
+const forwardable = `(s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT'))`
+
+// bookedPostSQL reads the payout as postSQL would find it — CLAIMED with this
+// token by this owner — locking it as the UPDATE would (so a concurrent claim or
+// post is waited for and the row judged again, in READ COMMITTED), together
+// with its forwardable attempt, if it has one. The attempt is read without a
+// lock: a resolved row never changes, and an unresolved one is refused.
+const bookedPostSQL = `SELECT ` + payoutColumns + `,
+       a.submission_id, a.a_outcome, a.a_rail_reference, a.a_decline_reason,
+       a.a_account_id, a.a_amount_minor, a.a_currency, a.a_beneficiary
+  FROM payout
+  LEFT JOIN LATERAL (
+       SELECT s.submission_id, s.outcome AS a_outcome, s.rail_reference AS a_rail_reference,
+              s.decline_reason AS a_decline_reason, s.account_id AS a_account_id,
+              s.amount_minor AS a_amount_minor, s.currency AS a_currency, s.beneficiary AS a_beneficiary
+         FROM rail_submission s
+        WHERE s.payout_id = payout.payout_id AND ` + forwardable + `) a ON true
+ WHERE payout_id = $1 AND status = 'CLAIMED' AND fence_token = $2 AND claimed_by = $3
+   FOR UPDATE OF payout`
+
+// bookedPostInTx checks a post against the audit trail (docs/contracts/books.md)
+// and returns the update to make: u, with an omitted decline reason of a
+// DECLINED post taken from the attempt. The payout is judged first, exactly as
+// the post's UPDATE judges it, so ErrNotFound, *FinalError and *FencedError come
+// before *OutcomeNotRecordedError.
+func bookedPostInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, u postUpdate) (postUpdate, error) {
+	var a attempt
+	p, err := updateOrExplain(ctx, tx, "post payout: read the payout and its attempt", id,
+		func() (lockapi.Payout, error) {
+			var p lockapi.Payout
+			var submission *int64
+			var amount *int64
+			var account, currency, beneficiary *string
+			err := tx.QueryRow(ctx, bookedPostSQL, id, token, owner).Scan(
+				&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Beneficiary, &p.Status,
+				&p.FenceToken, &p.ClaimedBy, &p.RailReference, &p.DeclineReason, &p.CreatedAt, &p.UpdatedAt,
+				&submission, &a.Outcome, &a.RailReference, &a.DeclineReason, &account, &amount, &currency, &beneficiary)
+			if err != nil {
+				return p, err
 			}
-			return nil
-		})
+			a.Found = submission != nil
+			if a.Found {
+				a.SubmissionID, a.AccountID, a.AmountMinor, a.Currency, a.Beneficiary =
+					*submission, deref(account), deref(amount), deref(currency), deref(beneficiary)
+			}
+			return p, nil
+		},
+		judgePost(token, owner))
+	if err != nil {
+		return u, err
+	}
+	return postVerdict(p, a, u)
+}
+
+func deref[T any](v *T) T {
+	var zero T
+	if v == nil {
+		return zero
+	}
+	return *v
 }
 
 // settleSQL: only an AMBIGUOUS payout is settled (docs/contracts/reconciliation.md), and only once:
 // a second settle finds it final. fence_token and claimed_by stay as the last
-// claimant left them; the ledger entry is posted with that token.
-const settleSQL = `UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
+// claimant left them; the ledger entry is posted with that token. The settle is
+// recorded in payout_history with no owner: the statement, not a holder, moved it.
+var settleSQL = withHistory(`UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
  WHERE payout_id=$1 AND status='AMBIGUOUS'
-RETURNING ` + payoutColumns
+RETURNING `+payoutColumns, "NULL::text")
+
+// settleEvidenceSQL locks the AMBIGUOUS payout as settleSQL would (a concurrent
+// settle is waited for, and the row judged again) and reads what the statement
+// copy says beyond its lines: whether the statement was read in full later than
+// the payout's forwardable attempt's submitted_at (with none, the payout's
+// updated_at) plus PAYMENT_SETTLE_AFTER ($2, in microseconds), all on paydb's
+// clock as the reconciler judges it; and whether a line of this payout could not
+// be copied (an UNSTORABLE_LINE exception names it).
+const settleEvidenceSQL = `SELECT ` + payoutColumns + `,
+       c.read_at,
+       coalesce(c.read_at > coalesce(a.submitted_at, payout.updated_at) + $2 * interval '1 microsecond', false),
+       EXISTS (SELECT 1 FROM reconciliation_exception e
+                WHERE e.kind = 'UNSTORABLE_LINE' AND e.payout_id = payout.payout_id)
+  FROM payout
+  LEFT JOIN reconciler_cursor c ON true
+  LEFT JOIN LATERAL (SELECT s.submitted_at FROM rail_submission s
+                      WHERE s.payout_id = payout.payout_id AND ` + forwardable + `) a ON true
+ WHERE payout_id = $1 AND status = 'AMBIGUOUS'
+   FOR UPDATE OF payout`
+
+// statementLinesSQL reads the statement copy's lines of one payout, in the
+// rail's order.
+const statementLinesSQL = `SELECT seq, result, account_id, amount_minor, currency, beneficiary, rail_reference, decline_reason
+  FROM rail_statement_line WHERE reference = $1 ORDER BY seq`
 
 // settlementSQL records what moved the payout, for the repeat check and the audit.
 const settlementSQL = `INSERT INTO payout_settlement (payout_id, outcome, rail_reference, decline_reason, statement_seq)
@@ -384,6 +519,17 @@ func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest) 
 		return lockapi.Payout{}, false, fmt.Errorf("settle payout: %w", err)
 	}
 	defer rollback(ctx, tx)
+	if s.books {
+		err := s.checkSettle(ctx, tx, id, u)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Not AMBIGUOUS (any more): a repeat, a final payout or one an
+			// executor owns, explained as without the check.
+			return s.explainSettle(ctx, tx, id, u)
+		case err != nil:
+			return lockapi.Payout{}, false, err
+		}
+	}
 	p, err = scanPayout(tx.QueryRow(ctx, settleSQL, id, u.Outcome, u.RailReference, u.DeclineReason))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -405,6 +551,39 @@ func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest) 
 		return lockapi.Payout{}, false, classify("settle payout: commit", err)
 	}
 	return p, true, nil
+}
+
+// checkSettle checks a settle against the statement copy in tx
+// (docs/contracts/books.md), after locking the AMBIGUOUS payout. It returns
+// pgx.ErrNoRows when the payout is not AMBIGUOUS (the caller explains that as a
+// settle does without the check), and a *SettleContradictsError when the
+// statement copy does not say what the settle says.
+func (s *store) checkSettle(ctx context.Context, tx pgx.Tx, id string, u lockapi.SettleRequest) error {
+	var p lockapi.Payout
+	var ev statementEvidence
+	err := tx.QueryRow(ctx, settleEvidenceSQL, id, s.settleAfter.Microseconds()).Scan(
+		&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.Beneficiary, &p.Status,
+		&p.FenceToken, &p.ClaimedBy, &p.RailReference, &p.DeclineReason, &p.CreatedAt, &p.UpdatedAt,
+		&ev.ReadAt, &ev.WindowPassed, &ev.Unstorable)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return err
+	case err != nil:
+		return classify("settle payout: read the payout and the statement's read", err)
+	}
+	rows, err := tx.Query(ctx, statementLinesSQL, id)
+	if err != nil {
+		return classify("settle payout: read the statement lines", err)
+	}
+	ev.Lines, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (statementLine, error) {
+		var l statementLine
+		err := r.Scan(&l.Seq, &l.Result, &l.AccountID, &l.AmountMinor, &l.Currency, &l.Beneficiary, &l.RailReference, &l.DeclineReason)
+		return l, err
+	})
+	if err != nil {
+		return classify("settle payout: read the statement lines", err)
+	}
+	return settleVerdict(p, ev, u)
 }
 
 // explainSettle says why settleSQL matched nothing: no such payout, a repeat of

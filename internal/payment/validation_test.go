@@ -18,7 +18,7 @@ type hdr = map[string][]string
 // final or missing, to show validation comes before any lookup.
 func TestBadInputsWriteNothing(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, booksUnchecked) // about validation; its PAID payout never went to the rail
 	e.create(t, "p-pending", "acct-1", 100)
 	e.create(t, "p-claimed", "acct-1", 100)
 	e.claim(t, "p-claimed", 5, "exec-a")
