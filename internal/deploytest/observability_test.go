@@ -285,7 +285,8 @@ func TestDashboard(t *testing.T) {
 	// The panels an operator needs: each of these is on the dashboard.
 	for _, m := range []string{"rail_submission_total", "lock_fenced_out_total", "rail_duplicate_attempted_total",
 		"rail_submission_inflight", "rail_submission_duration_seconds_bucket", "lock_grant_total", "executor_payout_total",
-		"reconciler_ambiguous_payouts", "reconciler_exception_total", "grant_rejected_total"} {
+		"reconciler_ambiguous_payouts", "reconciler_exception_total", "grant_rejected_total",
+		"rail_proxy_books_check_enabled", "payment_books_check_enabled"} {
 		if !queried[m] {
 			t.Errorf("no panel queries %s", m)
 		}
