@@ -285,15 +285,17 @@ func runHistoryHolding(t *testing.T, h []histEvent, size int, fencing, books boo
 		defer func() { _ = tx.Rollback(ctx) }()
 		for range hold.IntN(3) {
 			acct := accounts[hold.IntN(len(accounts))]
-			held[acct] = true
 			q := `SELECT highest_token FROM rail_high_water WHERE account_id = $1 FOR UPDATE`
 			if hold.IntN(2) == 0 { // updated and not committed, or created and not committed
 				q = `INSERT INTO rail_high_water AS h (account_id, highest_token, updated_at) VALUES ($1, 1, now())
 				     ON CONFLICT (account_id) DO UPDATE SET updated_at = h.updated_at`
 			}
-			if _, err := tx.Exec(ctx, q, acct); err != nil {
+			tag, err := tx.Exec(ctx, q, acct)
+			if err != nil {
 				t.Fatal(err)
 			}
+			// A FOR UPDATE of an account with no row yet holds nothing.
+			held[acct] = held[acct] || tag.RowsAffected() > 0
 		}
 		conn, err := store.acquire(ctx)
 		if err != nil {

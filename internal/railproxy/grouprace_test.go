@@ -19,16 +19,21 @@ import (
 )
 
 // Two replicas admitting groups of up to 64 race on 50
-// accounts, tokens going up: no deadlock (no group statement falls back, none
-// fails), no 503, each account's mark is the highest token admitted for it, and
-// the invariant checker finds no stale admission.
+// accounts, tokens going up, with the books check on and every payout booked
+// (created and claimed by its token and owner just before it is submitted): no
+// deadlock (no group statement falls back, none fails), no 503, no
+// NOT_IN_BOOKS, each account's mark is the highest token admitted for it, and
+// the invariant checker finds no stale admission and no admission the books do
+// not back.
 func TestTwoReplicasRacingInGroups(t *testing.T) {
 	t.Parallel()
 	paydbURL := pgtest.PaydbURL(t)
+	db := pgtest.Pool(t, paydbURL)
 	rail := startStub(t, 0)
 	var proxies []*proxy
 	for range 2 {
 		cfg := testConfig(paydbURL, rail.URL)
+		cfg.BooksCheck = true // the payouts are booked below
 		cfg.MaxGroup = 64
 		cfg.LogLevel = "info"
 		proxies = append(proxies, startProxy(t, cfg))
@@ -59,6 +64,12 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 				acct := (i*7 + g) % accounts
 				tok := tokens[acct].Add(1)
 				p := newPayout(fmt.Sprintf("race-%d", payoutN.Add(1)), fmt.Sprintf("acct-%d", acct))
+				if err := tryBookClaimed(db, p, tok, "worker-1"); err != nil {
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("booking %s: %v", p.PayoutID, err))
+					mu.Unlock()
+					return
+				}
 				a := trySubmit(proxies[i%2].URL, tok, p)
 				mu.Lock()
 				statuses[a.Status]++
@@ -135,12 +146,32 @@ func TestTwoReplicasRacingInGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := invariants.Evaluate(h, invariants.Options{FencingEnabled: true})
-	for _, c := range []invariants.CheckID{invariants.CheckStaleAdmission, invariants.CheckMark} {
+	r := invariants.Evaluate(h, invariants.Options{FencingEnabled: true, BooksBound: true})
+	for _, c := range []invariants.CheckID{invariants.CheckStaleAdmission, invariants.CheckMark,
+		invariants.CheckAdmittedWithoutClaim, invariants.CheckAdmittedNotAsBooked} {
 		if k := r.Count(c); k != 0 {
 			t.Errorf("checker: %d findings of %s", k, c)
 		}
 	}
+}
+
+// tryBookClaimed writes p as payment-resource would for a claim by owner under
+// token: created PENDING, then claimed, one payout_history row per move (book,
+// for a goroutine other than the test's).
+func tryBookClaimed(db dbq, p payout, token int64, owner string) error {
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `
+		WITH p AS (INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary)
+		           VALUES ($1, $2, $3, $4, $5) RETURNING payout_id)
+		INSERT INTO payout_history (payout_id, status, fence_token) SELECT payout_id, 'PENDING', 0 FROM p`,
+		p.PayoutID, p.AccountID, p.AmountMinor, p.Currency, p.Beneficiary); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, `
+		WITH m AS (UPDATE payout SET status = 'CLAIMED', fence_token = $2, claimed_by = $3, updated_at = now()
+		            WHERE payout_id = $1 RETURNING payout_id, status, fence_token, claimed_by)
+		INSERT INTO payout_history (payout_id, status, fence_token, owner_id) SELECT * FROM m`, p.PayoutID, token, owner)
+	return err
 }
 
 // For rail-proxy's admission, one by one and in groups: with
