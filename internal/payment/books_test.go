@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -566,4 +567,43 @@ func orDash(s *string) string {
 		return "-"
 	}
 	return *s
+}
+
+// Concurrent identical posts the audit trail bears out: the check reads the
+// payout under the lock its UPDATE would take, so one post wins and the others
+// find the payout final (PAYOUT_FINAL), with one ledger entry and one history
+// row for the move.
+func TestConcurrentBookedPostsMoveOnce(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *payment.Config) { c.DBTimeout = 20 * time.Second })
+	e.claimed(t, "p-1")
+	e.attempt(t, "p-1", "ACKED", ptr("RS-1"), nil, 0, presented{})
+	const posters = 16
+	errs := make(chan error, posters)
+	var wg sync.WaitGroup
+	for range posters {
+		wg.Go(func() {
+			_, err := e.client.Post(context.Background(), "p-1", 5, "exec-a", lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: ptr("RS-1")})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	won := 0
+	for err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		if _, perr := problemIs(err, http.StatusConflict, lockapi.CodePayoutFinal); perr != nil {
+			t.Error(perr)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d posts succeeded, want 1", won)
+	}
+	if n := e.queryInt(t, `SELECT count(*) FROM ledger_entry WHERE payout_id = 'p-1'`); n != 1 {
+		t.Fatalf("%d ledger entries, want 1", n)
+	}
+	wantHistory(t, e, "p-1", "PENDING 0 - - - -", "CLAIMED 5 exec-a - - -", "PAID 5 exec-a RS-1 - -")
 }
