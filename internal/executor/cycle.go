@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"lock.dev/internal/payment"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
 )
@@ -527,10 +528,6 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, gran
 	}
 }
 
-// recordedUnresolved is the recorded member of OUTCOME_NOT_RECORDED while the
-// forwardable row has no outcome yet (docs/contracts/books.md).
-const recordedUnresolved = "UNRESOLVED"
-
 // postNotRecorded logs payment-resource's refusal of a post the audit trail
 // does not record (OUTCOME_NOT_RECORDED, docs/contracts/books.md). It is an
 // answer, so it is not tried again: nothing was written, the payout stays
@@ -548,7 +545,7 @@ func (e *executor) postNotRecorded(p lockapi.Payout, token int64, req lockapi.Po
 		rec = *recorded
 	}
 	level := slog.LevelError
-	if rec == recordedUnresolved {
+	if rec == payment.RecordedUnresolved {
 		level = slog.LevelWarn
 	}
 	e.log.Log(context.Background(), level, "post refused: the audit trail does not record this outcome; left CLAIMED for the reconcile pass",
