@@ -706,7 +706,8 @@ func TestResolveGroupReportsRowsItDidNotChange(t *testing.T) {
 // the life of the connection; a sequential scan chosen then would read the whole
 // of rail_high_water, rail_submission or payout on every group once they have
 // grown. (Seen failing with the function's SET enable_seqscan = off removed: 40
-// and 20 scans.)
+// scans of rail_high_water and 20 of rail_submission, and with the books 20 of
+// payout too.)
 func TestGroupAdmissionNeverScansSequentially(t *testing.T) {
 	t.Parallel()
 	for _, books := range []bool{false, true} {
