@@ -16,7 +16,10 @@ import (
 // The order is the contract's: the bearer token first (401 before anything of
 // the request is looked at, so an unauthenticated caller learns nothing about
 // payouts or body rules), then content type, size and body (415, 413, 400), then
-// the payout (404, 409). Nothing is written unless every check passed.
+// the payout (404; 409 PAYOUT_FINAL or PAYOUT_CONFLICT, or 200 for an identical
+// repeat), then, with the books check on, the statement copy (409
+// SETTLE_CONTRADICTS_STATEMENT, docs/contracts/books.md). Nothing is written
+// unless every check passed.
 func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 	if !lockapi.BearerMatches(r.Header, h.settleToken) {
 		// The presented value is never logged: a near-miss would leak the secret.

@@ -81,26 +81,29 @@ func scanPayout(row pgx.Row) (lockapi.Payout, error) {
 	return p, err
 }
 
-// withHistory makes move, a write of one payout row RETURNING payoutColumns,
+// A move with its history: historyBegin + move + historyOwner + owner +
+// historyEnd makes move, a write of one payout row RETURNING payoutColumns,
 // record the payout as it left it in payout_history, in the same statement (so
 // in the same transaction, at no extra round trip): one row per move, never one
 // for a write that matched nothing. owner is the expression the row's owner_id
 // takes. actor stays NULL: the callers are not identified yet
 // (docs/contracts/books.md, "The claim history").
-func withHistory(move, owner string) string {
-	return `WITH moved AS (` + move + `), history AS (
+const (
+	historyBegin = `WITH moved AS (`
+	historyOwner = `), history AS (
 INSERT INTO payout_history (payout_id, status, fence_token, owner_id, rail_reference, decline_reason)
-SELECT payout_id, status, fence_token, ` + owner + `, rail_reference, decline_reason FROM moved)
+SELECT payout_id, status, fence_token, `
+	historyEnd = `, rail_reference, decline_reason FROM moved)
 SELECT ` + payoutColumns + ` FROM moved`
-}
+)
 
 // insertPayoutSQL creates the payout and its PENDING history row; a create that
 // lost to an existing row inserts neither.
-var insertPayoutSQL = withHistory(`
+const insertPayoutSQL = historyBegin + `
 INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (payout_id) DO NOTHING
-RETURNING `+payoutColumns, "NULL::text")
+RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyEnd
 
 // Create inserts a PENDING payout. created is false when the payoutId already
 // existed: with identical fields that is the same create again (no error), with
@@ -260,7 +263,7 @@ func (s *store) Claim(ctx context.Context, id string, token int64, owner string)
 
 // claimWithHistorySQL is claimSQL recording the claim, its token and owner, in
 // payout_history.
-var claimWithHistorySQL = withHistory(claimSQL, "claimed_by")
+const claimWithHistorySQL = historyBegin + claimSQL + historyOwner + "claimed_by" + historyEnd
 
 func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string) (lockapi.Payout, error) {
 	// fence_token only grows and final states never move, so a row the UPDATE
@@ -329,7 +332,7 @@ RETURNING ` + payoutColumns
 
 // postWithHistorySQL is postSQL recording the post, with the poster's token and
 // owner, in payout_history.
-var postWithHistorySQL = withHistory(postSQL, "claimed_by")
+const postWithHistorySQL = historyBegin + postSQL + historyOwner + "claimed_by" + historyEnd
 
 // ledgerSQL debits the account: amount_minor is the payout's amount negated.
 const ledgerSQL = `INSERT INTO ledger_entry (payout_id, account_id, amount_minor, currency, posted_token)
@@ -465,9 +468,9 @@ func deref[T any](v *T) T {
 // a second settle finds it final. fence_token and claimed_by stay as the last
 // claimant left them; the ledger entry is posted with that token. The settle is
 // recorded in payout_history with no owner: the statement, not a holder, moved it.
-var settleSQL = withHistory(`UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
+const settleSQL = historyBegin + `UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
  WHERE payout_id=$1 AND status='AMBIGUOUS'
-RETURNING `+payoutColumns, "NULL::text")
+RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyEnd
 
 // settleEvidenceSQL locks the AMBIGUOUS payout as settleSQL would (a concurrent
 // settle is waited for, and the row judged again) and reads what the statement
