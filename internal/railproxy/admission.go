@@ -625,7 +625,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 				r.metric = ""
 			}
 		} else {
-			// A FENCED or DUPLICATE row, resolved in the transaction itself: only
+			// A FENCED, UNBOOKED or DUPLICATE row, resolved in the transaction itself: only
 			// whether it exists is asked, within the same short bound.
 			cctx, cancel := context.WithTimeout(ctx, a.unsentAnswerBound())
 			if _, aerr := a.store.Attempt(cctx, ce.SubmissionID); aerr == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -541,26 +542,32 @@ func TestBooksHoldUnderRacingSubmissions(t *testing.T) {
 				s presented
 				a answer
 			}
-			results := make(chan result, 2*len(subs))
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for _, s := range subs {
-				copies := 1
-				if s.unbook == "" {
-					copies = 2
+			// In a shuffled order, a booked payout's two copies one after the
+			// other, taken by a bounded number of senders: as many at once as
+			// the package's other races, so that every admission stays within
+			// its bound on a loaded machine.
+			queue := make(chan presented, 2*len(subs))
+			rng := rand.New(rand.NewPCG(22, 9))
+			for _, i := range rng.Perm(len(subs)) {
+				queue <- subs[i]
+				if subs[i].unbook == "" {
+					queue <- subs[i]
 				}
-				for range copies {
-					wg.Go(func() {
-						<-start
+			}
+			close(queue)
+			results := make(chan result, 2*len(subs))
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for s := range queue {
 						a, err := tryPresent(p.URL, s.token, "worker-1", s.p)
 						if err != nil {
 							a.Err = err
 						}
 						results <- result{s, a}
-					})
-				}
+					}
+				})
 			}
-			close(start)
 			wg.Wait()
 			close(results)
 			for r := range results {
@@ -657,7 +664,8 @@ func TestBooksHoldUnderRacingSubmissions(t *testing.T) {
 // statement's snapshot saw it: the admission waits for a mark row another
 // admission holds, and judges the value that admission committed. Here the holder
 // raises the mark from 10 to 20 while an unbooked submission with 15 waits: it
-// is FENCED_OUT under 20, not UNBOOKED under 10.
+// is FENCED_OUT under 20, not UNBOOKED under 10. On an account whose first mark
+// row another admission is inserting, the upsert waits and compares.
 func TestBooksJudgeTheMarkAsItIsNow(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.PaydbURL(t)
@@ -717,5 +725,52 @@ func TestBooksJudgeTheMarkAsItIsNow(t *testing.T) {
 	r := <-done
 	if r.err != nil || r.a.Verdict != Fenced || r.a.HighestToken != 20 {
 		t.Fatalf("token 15 after the mark became 20: %+v %v, want FENCED under 20", r.a, r.err)
+	}
+
+	// An account with no mark row has nothing to lock: a booked submission is
+	// arbitrated by the upsert, which waits for a concurrent first admission's
+	// row and compares with it.
+	book(t, db, booked(payout{PayoutID: "p-first-row", AccountID: "acct-new", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}, 15, "w"))
+	tx, err = db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO rail_high_water (account_id, highest_token, updated_at) VALUES ('acct-new', 20, now())`); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s := sub("p-first-row", 15)
+		s.AccountID = "acct-new"
+		a, err := store.Admit(ctx, s, true, true, time.Minute)
+		done <- result{a, err}
+	}()
+	early = nil
+	eventually(t, 10*time.Second, "the booked admission to wait for the uncommitted first mark row", func() bool {
+		select {
+		case r := <-done:
+			early = &r
+			return true
+		default:
+		}
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	if early != nil {
+		t.Fatalf("the admission did not wait for the first mark row: %+v %v", early.a, early.err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = <-done
+	if r.err != nil || r.a.Verdict != Fenced || r.a.HighestToken != 20 || r.a.PassedFence {
+		t.Fatalf("booked token 15 against a first mark of 20: %+v %v, want FENCED under 20", r.a, r.err)
+	}
+	if got := mark(t, db, "acct-new"); got != 20 {
+		t.Fatalf("mark %d, want 20", got)
 	}
 }

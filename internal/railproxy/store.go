@@ -76,7 +76,7 @@ type Admission struct {
 // SubmissionID names the row that may exist.
 type CommitError struct {
 	SubmissionID int64
-	Intent       bool // the row at stake is an intent (outcome NULL), not a FENCED/DUPLICATE row
+	Intent       bool // the row at stake is an intent (outcome NULL), not a FENCED/UNBOOKED/DUPLICATE row
 	Unsure       bool
 	// BackendPID is the paydb backend that was sent the COMMIT (when Unsure): until
 	// its transaction is over, a row not found may still be committed.
