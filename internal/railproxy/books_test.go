@@ -472,7 +472,8 @@ func TestBooksCheckSwitch(t *testing.T) {
 	dbURL := pgtest.PaydbURL(t)
 	db := pgtest.Pool(t, dbURL)
 	off := startProxy(t, testConfig(dbURL, rail.URL))
-	if ev := off.Logs.events("books_not_checked"); len(ev) != 1 || ev[0]["level"] != "ERROR" || ev[0]["service"] != "rail-proxy" {
+	if ev := off.Logs.events("books_not_checked"); len(ev) != 1 || ev[0]["level"] != "ERROR" || ev[0]["service"] != "rail-proxy" ||
+		ev[0]["setting"] != "RAIL_PROXY_BOOKS_CHECK" {
 		t.Fatalf("books_not_checked: %v", ev)
 	}
 	if v := metric(t, off, "rail_proxy_books_check_enabled"); v != 0 {

@@ -38,7 +38,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if !cfg.BooksCheck {
 			logger.Error("BOOKS NOT CHECKED: submissions are admitted without reading the payout row, so a payout nobody booked, or booked otherwise, reaches the rail; only for a gate whose callers' books live in another database (docs/contracts/books.md)",
-				"event", "books_not_checked")
+				"event", "books_not_checked", "setting", "RAIL_PROXY_BOOKS_CHECK")
 		}
 		keys, err := service.ReadGrantKeys("RAIL_PROXY_GRANT_KEYS_FILE", cfg.GrantKeysFile)
 		if err != nil {
