@@ -38,7 +38,13 @@ func (e *evaluation) booksBound() {
 	}
 	claims := map[claim]bool{}
 	claimsOf := map[string][]string{}
+	// recorded: payouts with at least one move in payout_history. payment-resource
+	// records every payout's creation, so a payout in the books with none was
+	// created before the history existed (a paydb migrated in place): whom it was
+	// claimed by cannot be judged, and its rows are judged only as booked.
+	recorded := map[string]bool{}
 	for _, m := range e.h.Moves {
+		recorded[m.PayoutID] = true
 		if m.Status == "CLAIMED" {
 			claims[claim{m.PayoutID, m.OwnerID, m.FenceToken}] = true
 			claimsOf[m.PayoutID] = append(claimsOf[m.PayoutID], fmt.Sprintf("token %d by %s", m.FenceToken, m.OwnerID))
@@ -55,7 +61,7 @@ func (e *evaluation) booksBound() {
 			e.add(CheckAdmittedWithoutClaim, f)
 			continue
 		}
-		if !claims[claim{s.PayoutID, s.OwnerID, s.PresentedToken}] {
+		if recorded[s.PayoutID] && !claims[claim{s.PayoutID, s.OwnerID, s.PresentedToken}] {
 			held := "never claimed"
 			if cs := claimsOf[s.PayoutID]; len(cs) > 0 {
 				held = "claimed only with " + strings.Join(cs, ", ")

@@ -165,6 +165,11 @@ func TestBooksBoundViolationsDetected(t *testing.T) {
 		{"a payout nobody created, presented and paid", []string{
 			row("evil", "insider", "9", "99999999", "EVIL-IBAN", "ACKED", "'RS-E'"),
 		}, []CheckID{CheckAdmittedWithoutClaim}, "no payout evil is in the books"},
+		{"a payout created before the history existed, presented to another beneficiary", []string{
+			`INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary, status, fence_token, claimed_by) VALUES
+				('q0', 'acct-A', 500, 'EUR', 'NL91ABNA0417164300', 'CLAIMED', 8, 'exec-1')`,
+			row("q0", "exec-1", "8", "500", "GB33BUKB20201555555555", "ACKED", "'RS-0'"),
+		}, []CheckID{CheckAdmittedNotAsBooked}, "the books hold acct-A 500 EUR"},
 		{"a pending payout presented by a token that never claimed it", []string{
 			row("q6", "insider", "9", "6000", "NL91ABNA0417164300", "TIMEOUT", "NULL"),
 		}, []CheckID{CheckAdmittedWithoutClaim}, "never claimed"},
