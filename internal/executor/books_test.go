@@ -176,7 +176,7 @@ func TestNeedsPerson(t *testing.T) {
 		{"the forwardable attempt, unresolved, presented another currency", []lockapi.Submission{sub(1, 5, "b", "",
 			func(s *lockapi.Submission) { s.Currency = "USD" })}, personMismatch},
 		{"the current claim's attempt is UNBOOKED", []lockapi.Submission{sub(1, 7, owner, "UNBOOKED", mallory)}, personUnbooked},
-		{"the current claim's attempt is UNBOOKED with the payout's fields (books elsewhere)", []lockapi.Submission{sub(1, 7, owner, "UNBOOKED", nil)}, personUnbooked},
+		{"the current claim's attempt is UNBOOKED with the payout's fields (refused before the claim)", []lockapi.Submission{sub(1, 7, owner, "UNBOOKED", nil)}, ""},
 		{"an earlier claim's attempt is UNBOOKED", []lockapi.Submission{sub(1, 6, owner, "UNBOOKED", mallory)}, ""},
 		{"another owner's attempt with this token is UNBOOKED", []lockapi.Submission{sub(1, 7, "intruder", "UNBOOKED", mallory)}, ""},
 		{"another claim's UNBOOKED, then the payout's own attempt", []lockapi.Submission{sub(1, 6, "x", "UNBOOKED", mallory), sub(2, 7, owner, "TIMEOUT", nil)}, ""},

@@ -155,9 +155,13 @@ const (
 //     beneficiary than p's: whatever the rail did, it is not p's outcome to adopt
 //     (mismatch);
 //   - an attempt presented with p's current claim — its fence token and owner —
-//     is on record UNBOOKED: the books refused p's holder for p's own fields (a
-//     refusal for another claim's token or owner cannot carry p's current
-//     claim), and presenting p again would be refused again (unbooked).
+//     and with other fields than p's is on record UNBOOKED: the books refused
+//     p's holder for p's own fields (a refusal for another claim's token or
+//     owner cannot carry p's current claim), and the reconciler lists it as an
+//     ATTEMPT_MISMATCH exception (unbooked). An UNBOOKED attempt of the current
+//     claim with p's own fields was refused before that claim was made; it was
+//     never presented to the rail, so p is re-claimed and presented as any
+//     stale payout is.
 //
 // It returns the row that shows it.
 func needsPerson(p lockapi.Payout, subs []lockapi.Submission) (string, *lockapi.Submission) {
@@ -170,7 +174,8 @@ func needsPerson(p lockapi.Payout, subs []lockapi.Submission) (string, *lockapi.
 	for i := range subs {
 		s := &subs[i]
 		if s.Outcome != nil && *s.Outcome == lockapi.OutcomeUnbooked &&
-			s.PresentedToken == p.FenceToken && s.OwnerID == *p.ClaimedBy {
+			s.PresentedToken == p.FenceToken && s.OwnerID == *p.ClaimedBy &&
+			len(presentedBy(s).differs(p)) > 0 {
 			return personUnbooked, s
 		}
 	}

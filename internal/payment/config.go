@@ -44,8 +44,9 @@ type Config struct {
 	GrantKeysFile string
 	// BooksCheck is PAYMENT_BOOKS_CHECK: a post must agree with the payout's
 	// forwardable rail_submission row, a settle with the statement copy
-	// (docs/contracts/books.md). false: as before the check, for callers whose
-	// audit trail lives in another database; start-up says so at WARN.
+	// (docs/contracts/books.md). false: posts and settles are judged by the
+	// payout's status and token alone, for callers whose audit trail lives in
+	// another database; start-up says so at WARN.
 	BooksCheck bool
 	// SettleAfter is PAYMENT_SETTLE_AFTER: a NOT_PRESENTED settle needs the
 	// statement read this long after the payout's attempt (docs/contracts/books.md).

@@ -63,7 +63,8 @@ type admitter struct {
 	fencing bool
 	// books is RAIL_PROXY_BOOKS_CHECK: a submission is admitted only when the
 	// payout row holds it claimed by this token and owner, as booked
-	// (docs/contracts/books.md). Off, the admission is the one before the books.
+	// (docs/contracts/books.md). Off, the payout row is not read: the admission
+	// is fence, duplicate, intent, forward.
 	books bool
 	// interruptAfter is this replica's RAIL_PROXY_INTERRUPTED_AFTER: every intent
 	// it admits carries interrupt_at = submitted_at + interruptAfter, and a

@@ -712,7 +712,7 @@ func TestBooksJudgeTheMarkAsItIsNow(t *testing.T) {
 		}
 		var n int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 1
@@ -756,7 +756,7 @@ func TestBooksJudgeTheMarkAsItIsNow(t *testing.T) {
 		}
 		var n int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 1

@@ -91,7 +91,7 @@ func fenceBeforeIntent(t *testing.T, db dbq, store *Store, lastID func(*testing.
 		eventually(t, 10*time.Second, fmt.Sprintf("fencing=%v: the admission to wait on the mark row", fencing), func() bool {
 			var n int
 			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%rail_high_water%'`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n == 1
