@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"lock.dev/internal/pgtest"
 	"lock.dev/lockapi"
 )
@@ -32,6 +34,15 @@ func booksConfig(dbURL, railURL string, maxGroup int) Config {
 	cfg.BooksCheck = true
 	cfg.MaxGroup = maxGroup
 	return cfg
+}
+
+// startBooks starts a rail-stub, a fresh paydb and a proxy checking the books
+// (booksConfig) in front of them.
+func startBooks(t *testing.T, maxGroup int) (*stub, *pgxpool.Pool, *proxy) {
+	t.Helper()
+	rail := startStub(t, 0)
+	dbURL := pgtest.PaydbURL(t)
+	return rail, pgtest.Pool(t, dbURL), startProxy(t, booksConfig(dbURL, rail.URL, maxGroup))
 }
 
 // ledger is a payout row as the books hold it.
@@ -173,10 +184,7 @@ func TestBooksRefuseEachMismatchAtTheGate(t *testing.T) {
 	for _, maxGroup := range []int{1, DefaultMaxGroup} {
 		t.Run(fmt.Sprintf("maxGroup=%d", maxGroup), func(t *testing.T) {
 			t.Parallel()
-			rail := startStub(t, 0)
-			dbURL := pgtest.PaydbURL(t)
-			db := pgtest.Pool(t, dbURL)
-			p := startProxy(t, booksConfig(dbURL, rail.URL, maxGroup))
+			rail, db, p := startBooks(t, maxGroup)
 
 			for i, kind := range lockapi.BooksMismatchOrder() {
 				acct := "acct-" + kind
@@ -244,10 +252,7 @@ func TestBooksRefuseEachMismatchAtTheGate(t *testing.T) {
 // order, on an account without a mark row.
 func TestBooksNameTheFirstFailingCheck(t *testing.T) {
 	t.Parallel()
-	rail := startStub(t, 0)
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	p := startProxy(t, booksConfig(dbURL, rail.URL, 1))
+	rail, db, p := startBooks(t, 1)
 	order := lockapi.BooksMismatchOrder()
 	for k := range order {
 		sub := newPayout(fmt.Sprintf("p-first-%d", k), fmt.Sprintf("acct-first-%d", k))
@@ -326,10 +331,7 @@ func TestBooksAfterTheFence(t *testing.T) {
 // token.
 func TestBooksAdmitBookedAndRefuseFinal(t *testing.T) {
 	t.Parallel()
-	rail := startStub(t, 0)
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	p := startProxy(t, booksConfig(dbURL, rail.URL, 1))
+	rail, db, p := startBooks(t, 1)
 	sub := newPayout("p-ok", "acct-ok")
 	book(t, db, booked(sub, 7, "worker-1"))
 	a := submit(t, p.URL, 7, sub)
@@ -412,10 +414,7 @@ func TestBooksReclaimedPayoutIsDuplicateWithTheFirstAttempt(t *testing.T) {
 // currency and beneficiary, an UNBOOKED attempt's too.
 func TestAuditTrailCarriesWhatWasPresented(t *testing.T) {
 	t.Parallel()
-	rail := startStub(t, 0)
-	dbURL := pgtest.PaydbURL(t)
-	db := pgtest.Pool(t, dbURL)
-	p := startProxy(t, booksConfig(dbURL, rail.URL, 1))
+	_, db, p := startBooks(t, 1)
 	sub := newPayout("p-trail", "acct-trail")
 	book(t, db, booked(sub, 2, "worker-1"))
 	wrong := sub
@@ -510,10 +509,7 @@ func TestBooksHoldUnderRacingSubmissions(t *testing.T) {
 	for _, maxGroup := range []int{1, DefaultMaxGroup} {
 		t.Run(fmt.Sprintf("maxGroup=%d", maxGroup), func(t *testing.T) {
 			t.Parallel()
-			rail := startStub(t, 0)
-			dbURL := pgtest.PaydbURL(t)
-			db := pgtest.Pool(t, dbURL)
-			p := startProxy(t, booksConfig(dbURL, rail.URL, maxGroup))
+			rail, db, p := startBooks(t, maxGroup)
 			const acct, n = "acct-race", 48
 			// The mark row exists before the race: every admission then waits
 			// for it, so submission_id order is the order of their verdicts.
