@@ -168,18 +168,7 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 	t.Row("then an honest executor works "+attackVictim+":", nil)
 	t.Row("  "+attackTarget, each(func(c *AttackResult) string { return c.Target.String() }))
 	t.Row("  "+attackHonest2+" (a new payout)", each(func(c *AttackResult) string { return c.Honest.String() }))
-	t.Row("verdict", each(func(c *AttackResult) string {
-		switch {
-		case c.GrantsVerified && c.OK:
-			return "PASS"
-		case c.GrantsVerified:
-			return "FAIL"
-		case c.OK:
-			return "the hazard, as shown"
-		default:
-			return "hazard NOT shown"
-		}
-	}))
+	t.Row("verdict", each(func(c *AttackResult) string { return demonstrationVerdict(c.GrantsVerified, c.OK) }))
 	_ = t.Write(w)
 	for _, c := range cols {
 		if !c.GrantsVerified && c.OK {
@@ -188,5 +177,22 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 				"fenced out for ever (the mark never goes down), and %s can never be claimed back.\n",
 				attackVictim, c.MarkAfter, attackVictim, attackTarget)
 		}
+	}
+}
+
+// demonstrationVerdict is the verdict cell of a column of the attack or the
+// insider section. A guarded column (grants verified, books checked) passes
+// when every attempt was refused; an unguarded one is the demonstration, and
+// is as expected when the hazard showed.
+func demonstrationVerdict(guarded, ok bool) string {
+	switch {
+	case guarded && ok:
+		return "PASS"
+	case guarded:
+		return "FAIL"
+	case ok:
+		return "the hazard, as shown"
+	default:
+		return "hazard NOT shown"
 	}
 }

@@ -588,36 +588,14 @@ func writeInsider(w io.Writer, cols []*InsiderResult) {
 		t.Row("  "+p.PayoutID, each(func(c *InsiderResult) string { return c.Payouts[i].State.String() }))
 	}
 	t.Gap()
-	t.Row("8 "+"Only the books move money", each(func(c *InsiderResult) string {
-		if c.Report.Held(8) {
-			return "held"
-		}
-		return "BROKEN"
-	}))
+	t.Row(invariants.InvariantLabel(8), each(func(c *InsiderResult) string { return c.Report.HeldCell(8) }))
 	for _, ch := range cols[0].Report.Checks {
 		if ch.Invariant != 8 {
 			continue
 		}
-		t.Row("  "+ch.Title, each(func(c *InsiderResult) string {
-			n := c.Report.Count(ch.ID)
-			if n > 0 {
-				return "FAIL " + strconv.Itoa(n)
-			}
-			return "0"
-		}))
+		t.Row("  "+ch.Title, each(func(c *InsiderResult) string { return c.Report.CheckCell(ch.ID) }))
 	}
-	t.Row("verdict", each(func(c *InsiderResult) string {
-		switch {
-		case c.BooksChecked && c.OK:
-			return "PASS"
-		case c.BooksChecked:
-			return "FAIL"
-		case c.OK:
-			return "the hazard, as shown"
-		default:
-			return "hazard NOT shown"
-		}
-	}))
+	t.Row("verdict", each(func(c *InsiderResult) string { return demonstrationVerdict(c.BooksChecked, c.OK) }))
 	_ = t.Write(w)
 	for _, c := range cols {
 		if c.BooksChecked {

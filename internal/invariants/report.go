@@ -1,6 +1,10 @@
 package invariants
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
 
 // CheckID names one check of the report; the JSON form carries it.
 type CheckID string
@@ -184,6 +188,38 @@ func (r Report) Held(n int) bool {
 		}
 	}
 	return true
+}
+
+// HeldCell is invariant n's cell in a report table: held or BROKEN.
+func (r Report) HeldCell(n int) string {
+	if r.Held(n) {
+		return "held"
+	}
+	return "BROKEN"
+}
+
+// CheckCell is check id's cell in a report table: its count, "FAIL n" when it
+// is a failing check that found something, "-" when the run did not make it.
+func (r Report) CheckCell(id CheckID) string {
+	for _, c := range r.Checks {
+		if c.ID != id {
+			continue
+		}
+		if c.Fails && c.Count > 0 {
+			return "FAIL " + strconv.Itoa(c.Count)
+		}
+		return strconv.Itoa(c.Count)
+	}
+	return "-"
+}
+
+// InvariantLabel is invariant n's row label: its number and name (the
+// cross-checks, n = 0, have no number).
+func InvariantLabel(n int) string {
+	if n == 0 {
+		return invariantName(n)
+	}
+	return fmt.Sprintf("%d %s", n, invariantName(n))
 }
 
 // Broken lists the invariants that did not hold, in order.

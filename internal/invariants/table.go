@@ -109,29 +109,9 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 	booksRows(&t, cols) // books_table.go
 	t.Gap()
 	for _, v := range orderedInvariants(cols) {
-		label := fmt.Sprintf("%d %s", v, invariantName(v))
-		if v == 0 {
-			label = invariantName(v)
-		}
-		t.Row(label, each(func(r Report) string {
-			if r.Held(v) {
-				return "held"
-			}
-			return "BROKEN"
-		}))
+		t.Row(InvariantLabel(v), each(func(r Report) string { return r.HeldCell(v) }))
 		for _, ch := range checksOf(cols, v) {
-			t.Row("  "+ch.Title, each(func(r Report) string {
-				for _, c := range r.Checks {
-					if c.ID != ch.ID {
-						continue
-					}
-					if c.Fails && c.Count > 0 {
-						return "FAIL " + strconv.Itoa(c.Count)
-					}
-					return strconv.Itoa(c.Count)
-				}
-				return "-"
-			}))
+			t.Row("  "+ch.Title, each(func(r Report) string { return r.CheckCell(ch.ID) }))
 		}
 	}
 	t.Gap()
