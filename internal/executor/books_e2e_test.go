@@ -113,18 +113,7 @@ func results(t *testing.T, r *runningExecutor) map[string]float64 {
 func TestNotInBooksForANewerClaimIsFencedOut(t *testing.T) {
 	t.Parallel()
 	st, a, gateA, p, t1 := staleSetup(t, "nb1", 0)
-	gateB := newGate(p)
-	b := startExecutor(t, st, "fresh-b", func(c *executor.Config) {
-		c.Workers = 1
-		c.LeaseTTL = time.Second
-		c.PauseProbability = 1
-		c.PauseHook = gateB.hook
-	})
-	gateB.waitEntered(t, "executor B")
-	t2 := payout(t, st, p).fenceToken
-	if t2 <= t1 {
-		t.Fatalf("B claimed P with %d, not above A's %d", t2, t1)
-	}
+	b, gateB, t2 := reclaimFrozen(t, st, p, t1)
 	gateA.release()
 	testkit.EventuallyState(t, 30*time.Second, "A's submission to be answered", func() (bool, string) {
 		return a.logs.contains(`"event":"submission_answered"`, p), fmt.Sprint(attempts(t, st, p))

@@ -90,6 +90,26 @@ func staleSetup(t *testing.T, prefix string, extra int) (st stackT, a *runningEx
 	return staleSetupOn(t, nil, prefix, extra)
 }
 
+// reclaimFrozen starts executor B, whose reconcile pass re-claims the stale P
+// and freezes right before B's own submission; it returns B, its gate, and B's
+// token, checked above A's t1.
+func reclaimFrozen(t *testing.T, st stackT, p string, t1 int64) (*runningExecutor, *gate, int64) {
+	t.Helper()
+	gateB := newGate(p)
+	b := startExecutor(t, st, "fresh-b", func(c *executor.Config) {
+		c.Workers = 1
+		c.LeaseTTL = time.Second
+		c.PauseProbability = 1
+		c.PauseHook = gateB.hook
+	})
+	gateB.waitEntered(t, "executor B")
+	t2 := payout(t, st, p).fenceToken
+	if t2 <= t1 {
+		t.Fatalf("B claimed P with %d, not above A's %d", t2, t1)
+	}
+	return b, gateB, t2
+}
+
 // staleSetupOn is staleSetup on a system started with env.
 func staleSetupOn(t *testing.T, env map[string]map[string]string, prefix string, extra int) (st stackT, a *runningExecutor, gateA *gate, p string, t1 int64) {
 	t.Helper()
@@ -186,18 +206,7 @@ func TestStaleWriterWakesBeforeNewHolderSubmits(t *testing.T) {
 
 	// B re-claims P through the reconcile pass, finds nothing on record, and
 	// freezes right before its own submission.
-	gateB := newGate(p)
-	b := startExecutor(t, st, "fresh-b", func(c *executor.Config) {
-		c.Workers = 1
-		c.LeaseTTL = time.Second
-		c.PauseProbability = 1
-		c.PauseHook = gateB.hook
-	})
-	gateB.waitEntered(t, "executor B")
-	t2 := payout(t, st, p).fenceToken
-	if t2 <= t1 {
-		t.Fatalf("B claimed P with %d, not above A's %d", t2, t1)
-	}
+	b, gateB, t2 := reclaimFrozen(t, st, p, t1)
 	gateA.release()
 	testkit.EventuallyState(t, 30*time.Second, "A's submission to be accepted", func() (bool, string) {
 		as := attempts(t, st, p)
