@@ -2,7 +2,7 @@
 // call the payment rail. Every submission passes a durable per-account high-water
 // mark of fencing tokens in paydb before the rail is touched, leaves one
 // rail_submission row, and reaches the rail at most once
-// (docs/contracts/database.md, docs/contracts/rail-proxy.md #ct3-railproxy).
+// (docs/contracts/database.md, docs/contracts/rail-proxy.md).
 package railproxy
 
 import (
