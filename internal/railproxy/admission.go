@@ -217,7 +217,7 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 		// process knows was made, declined or never presented. So the write goes
 		// on in the background; the caller gets the rail's answer now, and the
 		// submission is counted when its row says what happened.
-		a.resolveLater(sub, res, start, r.metric)
+		a.resolveLater(sub, res, start, r.metric, err)
 		r.metric = ""
 	case !wrote:
 		// Someone resolved the row first (the janitor, after a stall longer than
@@ -411,10 +411,16 @@ func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.D
 		return Attempt{}, false, err
 	}
 	if row.Outcome == nil {
-		return Attempt{}, false, errors.New("row still unresolved after a resolving write that changed nothing")
+		return Attempt{}, false, errStillUnresolved
 	}
 	return row, false, nil
 }
+
+// errStillUnresolved: the resolving write changed nothing, yet the row read
+// right after it is unresolved. The row's own COMMIT landed between the two —
+// the late COMMIT of an intent whose answer was lost — so the write is to be
+// made again, as for a row not found yet.
+var errStillUnresolved = errors.New("row still unresolved after a resolving write that changed nothing")
 
 // resolveLater carries on, in the background, a resolving write paydb did not
 // take: it keeps trying until shortly before the row's interrupt_at — measured as
@@ -424,7 +430,7 @@ func (a *admitter) resolveOnce(ctx context.Context, res resolution, bound time.D
 // if this process were gone. metric is what the submission counts as once its
 // row says so. The drain waits for these writes: a stopping proxy does not
 // abandon an outcome it knows.
-func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time, metric string) {
+func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time, metric string, cause error) {
 	took := time.Since(start)
 	deadline := start.Add(a.interruptAfter - lateMargin)
 	a.active.Add(1)
@@ -432,7 +438,7 @@ func (a *admitter) resolveLater(sub Submission, res resolution, start time.Time,
 	a.logger.Warn("resolving write failed; retrying it in the background until shortly before the row's interrupt_at",
 		"payoutId", sub.PayoutID, "accountId", sub.AccountID, "submissionId", res.id, "outcome", res.outcome,
 		"railReference", strOrNil(res.railRef), "declineReason", strOrNil(res.reason),
-		"retryUntil", lockapi.UTC(deadline).Format(time.RFC3339Nano))
+		"retryUntil", lockapi.UTC(deadline).Format(time.RFC3339Nano), "error", errText(cause))
 	go func() {
 		defer a.active.Done()
 		defer a.late.Add(-1)
@@ -608,7 +614,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 			res := resolution{id: ce.SubmissionID, outcome: lockapi.OutcomeUnsent, unsureBackend: ce.BackendPID}
 			bound := time.Now().Add(a.unsentAnswerBound())
 			row, wrote, rerr := a.resolveOnce(ctx, res, a.unsentAnswerBound())
-			if errors.Is(rerr, ErrNoRow) {
+			if errors.Is(rerr, ErrNoRow) || errors.Is(rerr, errStillUnresolved) {
 				row, wrote, rerr = a.resolveUnsure(ctx, res, bound)
 			}
 			switch {
@@ -622,7 +628,7 @@ func (a *admitter) intentNotCommitted(ctx context.Context, sub Submission, err e
 			case errors.Is(rerr, ErrNoRow):
 				// The commit did not happen: no row, nothing to resolve.
 			default:
-				a.resolveLater(sub, res, start, r.metric)
+				a.resolveLater(sub, res, start, r.metric, rerr)
 				r.metric = ""
 			}
 		} else {

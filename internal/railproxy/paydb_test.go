@@ -154,7 +154,7 @@ func TestIntentCommitLost(t *testing.T) {
 	fwd.arm("after")
 	a := submit(t, p.URL, 1, newPayout("p-lost-answer", "acct-lost"))
 	if a.Status != http.StatusServiceUnavailable || a.str("stage") != "intent_commit" || a.int("submissionId") <= 0 {
-		t.Fatalf("commit answer lost: %+v", a)
+		t.Fatalf("commit answer lost: %+v\nlogs: %v", a, p.Logs.String())
 	}
 	rs := rowsOf(t, db, "p-lost-answer")
 	if len(rs) != 1 || outcomeOf(rs[0]) != "UNSENT" || rs[0].ID != a.int("submissionId") {

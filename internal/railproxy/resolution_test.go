@@ -79,7 +79,7 @@ func TestLostCommitLandingAfterTheLookupIsResolved(t *testing.T) {
 			}
 		}}}
 	sub := Submission{PayoutID: "p-late-commit", AccountID: "acct-late", Token: 1}
-	a.resolveLater(sub, resolution{id: id, outcome: lockapi.OutcomeUnsent, unsureBackend: pid}, time.Now(), metricUnavailable)
+	a.resolveLater(sub, resolution{id: id, outcome: lockapi.OutcomeUnsent, unsureBackend: pid}, time.Now(), metricUnavailable, nil)
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
