@@ -41,6 +41,12 @@ const (
 	// CodeSettleContradictsStatement: payment-resource refused a settle the
 	// statement copy contradicts (docs/contracts/books.md).
 	CodeSettleContradictsStatement = "SETTLE_CONTRADICTS_STATEMENT"
+	// CodeForbidden: the caller's workload (its verified SPIFFE ID) lacks the
+	// route's role (docs/contracts/workload-identity.md); member identity names it.
+	CodeForbidden = "FORBIDDEN"
+	// CodeNotLeaseHolder: lock-server refused a renew or release by a workload
+	// other than the one that acquired the lease (docs/contracts/workload-identity.md).
+	CodeNotLeaseHolder = "NOT_LEASE_HOLDER"
 )
 
 // ContentTypeProblem is the media type of every error answer (RFC 9457).
@@ -71,6 +77,8 @@ var codes = map[string]codeAnswer{
 	CodeOutcomeNotRecorded:  answer(http.StatusConflict, CodeOutcomeNotRecorded, "Outcome not recorded"),
 	CodeSettleContradictsStatement: answer(http.StatusConflict, CodeSettleContradictsStatement,
 		"Settle contradicts the statement"),
+	CodeForbidden:      answer(http.StatusForbidden, CodeForbidden, "Forbidden"),
+	CodeNotLeaseHolder: answer(http.StatusForbidden, CodeNotLeaseHolder, "Not the lease holder"),
 }
 
 // codeAnswer is what a code is answered with besides its detail and members.

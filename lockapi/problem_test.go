@@ -35,6 +35,8 @@ var contractStatus = map[string]int{
 	"NOT_IN_BOOKS":                 409,
 	"OUTCOME_NOT_RECORDED":         409,
 	"SETTLE_CONTRADICTS_STATEMENT": 409,
+	"FORBIDDEN":                    403,
+	"NOT_LEASE_HOLDER":             403,
 }
 
 // codeConstants reads every Code* constant declared in problem.go, so that a code

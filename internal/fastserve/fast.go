@@ -38,6 +38,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -224,6 +225,12 @@ func toHTTPRequest(fc *fasthttp.RequestCtx, refused bool) (*http.Request, error)
 	}
 	if !fc.Request.Header.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
+	}
+	// A mutual-TLS connection (identity.NewListener) hands its state, computed
+	// once per connection, to every request on it, as net/http would; without
+	// it r.TLS stays nil and a service that requires a peer refuses the caller.
+	if sc, ok := fc.Conn().(interface{ TLSState() *tls.ConnectionState }); ok {
+		r.TLS = sc.TLSState()
 	}
 	parseRawHeaders(fc.Request.Header.RawHeaders(), r.Header)
 	delete(r.Header, "Host")

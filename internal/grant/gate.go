@@ -21,6 +21,20 @@ type Gate struct {
 	verifier *Verifier // nil: grants are not verified
 	rejected *prometheus.CounterVec
 	logger   *slog.Logger
+
+	// workloadBound: the fence point serves mutual TLS, so a grant's wid is
+	// compared with the caller's SPIFFE ID (docs/contracts/workload-identity.md).
+	workloadBound bool
+	// widRequired is GRANT_WID_REQUIRED: a grant without wid is refused
+	// (workload_mismatch) rather than accepted and logged (grant_without_wid).
+	widRequired bool
+}
+
+// BindWorkload sets whether a grant's wid is compared with the caller's
+// verified SPIFFE ID (bound: the service serves mutual TLS) and whether a grant
+// without wid is refused (widRequired, GRANT_WID_REQUIRED).
+func (g *Gate) BindWorkload(bound, widRequired bool) {
+	g.workloadBound, g.widRequired = bound, widRequired
 }
 
 // NewGate checks grants with keys, or with nothing when keys is nil. It registers

@@ -84,6 +84,10 @@ func (c *headLimitConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// NetConn is the connection beneath: a mutual-TLS connection's peer is named
+// from it (identity.PeerID).
+func (c *headLimitConn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite keeps net/http's half-close after such an answer (it lets the
 // client read the answer before the connection goes).
 func (c *headLimitConn) CloseWrite() error {

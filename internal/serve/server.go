@@ -310,6 +310,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, health *Health,
 		ReadTimeout:       ReadTimeout,
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ConnContext:       WithConn,
 	}
 	health.mu.Lock()
 	if health.logger == nil {
@@ -382,4 +383,20 @@ var (
 func Redact(text string) string {
 	text = userinfoPassword.ReplaceAllString(text, "${1}:xxxxx@")
 	return keyValuePassword.ReplaceAllString(text, "${1}xxxxx")
+}
+
+// connKey carries a request's connection in its context.
+type connKey struct{}
+
+// WithConn is ctx carrying c, the connection a request arrived on: Serve sets
+// it on every connection (http.Server.ConnContext), so that a request's caller
+// can be named from its connection (identity.PeerID).
+func WithConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// ConnFrom is the connection WithConn put in ctx; nil when none.
+func ConnFrom(ctx context.Context) net.Conn {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	return c
 }

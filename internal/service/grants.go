@@ -33,12 +33,20 @@ func ReadGrantKeys(env, path string) (GrantKeys, error) {
 // GrantGate is the gate that checks grants with keys. It registers
 // grant_rejected_total in the service's registry, verifying or not, and logs what
 // it does: the key ids it verifies with, or at WARN (grants_not_verified) that
-// the setting is empty.
-func (s *Service) GrantGate(keys GrantKeys) (*grant.Gate, error) {
+// the setting is empty (which only UNSAFE_NO_AUTH lets a service start with:
+// auth_enabled then reads 0). When the service serves mutual TLS, a grant's
+// wid must name the caller's workload (docs/contracts/workload-identity.md);
+// widRequired is GRANT_WID_REQUIRED: false accepts a grant without wid during
+// a rolling upgrade.
+func (s *Service) GrantGate(keys GrantKeys, widRequired bool) (*grant.Gate, error) {
 	gate, err := grant.NewGate(keys.set, 0, s.Registry, s.Logger)
 	if err != nil {
 		return nil, err
 	}
+	gate.BindWorkload(s.Identity != nil, widRequired)
 	gate.Announce(keys.setting, keys.ignored)
+	if keys.set == nil {
+		s.NoteAuthMissing(keys.setting + " is empty: grants are not verified")
+	}
 	return gate, nil
 }

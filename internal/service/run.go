@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,10 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 )
 
@@ -31,12 +36,26 @@ type Spec struct {
 	Validate func() error
 	// DB is the database the service serves; nil when it has none.
 	DB *Database
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md): with all three files set the
+	// service serves mutual TLS only, and its clients call with the same SVID.
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: when set, /livez, /readyz and /metrics (only)
+	// are also served there, plaintext, for probes and scrapes that present no
+	// SVID.
+	HealthAddr string
+	// HealthListener, when set, is served instead of listening on HealthAddr
+	// (tests).
+	HealthListener net.Listener
 }
 
 // Check checks the settings every service shares, for its Validate to call:
 // LOG_LEVEL, and the database's URL and pool size. An error names the setting.
 func (spec Spec) Check() error {
 	if err := CheckLogLevel(spec.LogLevel); err != nil {
+		return err
+	}
+	if err := spec.Identity.Check(); err != nil {
 		return err
 	}
 	if spec.DB != nil {
@@ -51,10 +70,14 @@ type Service struct {
 	Logger   *slog.Logger         // JSON, with service=Spec.Name on every line
 	Registry *prometheus.Registry // the service's own (never the global one)
 	Health   *serve.Health        // readiness: OpenDB adds db, the service its own components
+	// Identity is the service's SVID and trust bundle, re-read on change; nil
+	// when the service runs without identity (UNSAFE_NO_AUTH).
+	Identity *identity.Source
 
-	spec    Spec
-	served  bool
-	closers []func() // run by Close, last first
+	spec        Spec
+	authMissing []string // what UNSAFE_NO_AUTH let the service start without
+	served      bool
+	closers     []func() // run by Close, last first
 }
 
 // Start begins a service's run: it validates spec, then builds the logger, the
@@ -83,7 +106,78 @@ func Start(spec Spec) (*Service, error) {
 	}
 	s.Registry = serve.NewRegistry()
 	s.Health = serve.NewHealth()
+	if spec.Identity.Enabled() {
+		if s.Identity, err = identity.Load(spec.Identity, s.Logger); err != nil {
+			s.closeListener()
+			return nil, err
+		}
+		s.Identity.Register(s.Registry)
+	} else {
+		s.NoteAuthMissing("TLS_CERT_FILE, TLS_KEY_FILE or TLS_CA_FILE is empty: plaintext, callers not verified")
+	}
 	return s, nil
+}
+
+// NoteAuthMissing records auth material the service runs without (only
+// UNSAFE_NO_AUTH lets it start so): auth_enabled then reads 0 and auth_disabled
+// says why, at start and every ten minutes.
+func (s *Service) NoteAuthMissing(why string) { s.authMissing = append(s.authMissing, why) }
+
+// AuthEnabled reports whether the service verifies its callers over mutual
+// TLS and has every piece of grant material it needs.
+func (s *Service) AuthEnabled() bool { return s.Identity != nil && len(s.authMissing) == 0 }
+
+// Guard is the service's role check over routes (the operationIds of its
+// OpenAPI document), enabled when it serves mutual TLS.
+func (s *Service) Guard(routes ...string) *identity.Guard {
+	return identity.NewGuard(s.Identity != nil, routes, s.Registry, s.Logger)
+}
+
+// ClientTLS is the TLS configuration of a client of the workload peer (its
+// SPIFFE ID), or nil when the service runs without identity (plaintext).
+func (s *Service) ClientTLS(peer spiffeid.ID) *tls.Config {
+	if s.Identity == nil {
+		return nil
+	}
+	return s.Identity.ClientConfig(peer)
+}
+
+// Secure is ln serving mutual TLS with the service's SVID, re-read on change
+// until ctx ends, and auth_enabled announced; ln itself without identity. A
+// service that serves through Serve does not call it.
+func (s *Service) Secure(ctx context.Context, ln net.Listener) net.Listener {
+	identity.Announce(ctx, s.Registry, s.Logger, s.AuthEnabled(), strings.Join(s.authMissing, "; "))
+	if s.Identity == nil {
+		return ln
+	}
+	go s.Identity.Watch(ctx)
+	s.Logger.Info("serving mutual TLS", "event", "tls_enabled", "id", s.Identity.ID().String())
+	return identity.NewListener(ln, s.Identity.ServerConfig())
+}
+
+// ServeHealth serves /livez, /readyz and /metrics plaintext on HEALTH_ADDR
+// until ctx ends, when it is set; it returns at once otherwise. Its error (the
+// address cannot be listened on) ends the run.
+func (s *Service) ServeHealth(ctx context.Context) (<-chan error, error) {
+	done := make(chan error, 1)
+	if s.spec.HealthAddr == "" && s.spec.HealthListener == nil {
+		close(done)
+		return done, nil
+	}
+	ln, err := serve.Listen(s.spec.HealthAddr, s.spec.HealthListener)
+	if err != nil {
+		return nil, fmt.Errorf("HEALTH_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	serve.Mount(mux, s.Health, s.Registry)
+	only := http.NewServeMux()
+	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
+		only.Handle("GET "+p, mux)
+	}
+	go func() {
+		done <- serve.Serve(ctx, ln, serve.Handler(only, s.Logger), serve.NewHealth(), s.Logger.With("listener", "health"))
+	}()
+	return done, nil
 }
 
 func (s *Service) closeListener() {
@@ -139,10 +233,23 @@ func (s *Service) Serve(ctx context.Context, h http.Handler, server Server, star
 	if err != nil {
 		return err
 	}
+	hctx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	healthDone, err := s.ServeHealth(hctx)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	ln = s.Secure(ctx, ln)
 	if started != nil {
 		started(ln.Addr().String())
 	}
-	return server(ctx, ln, h, s.Health, s.Logger)
+	err = server(ctx, ln, h, s.Health, s.Logger)
+	stopHealth()
+	if herr := <-healthDone; err == nil && herr != nil {
+		err = herr
+	}
+	return err
 }
 
 // Commands maps a binary's subcommands to what each runs with the parsed

@@ -151,7 +151,7 @@ func TestGrantKeys(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no file: %v", err)
 	}
-	gate, err := sv.GrantGate(keys)
+	gate, err := sv.GrantGate(keys, true)
 	if err != nil || gate.Verifying() {
 		t.Fatalf("gate %v, %v: want one that verifies nothing", gate, err)
 	}
