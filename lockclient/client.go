@@ -18,6 +18,7 @@ package lockclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,7 @@ const (
 type Client struct {
 	base    string
 	hc      *http.Client
+	tls     *tls.Config
 	drift   float64
 	logger  *slog.Logger
 	timeout time.Duration
@@ -58,6 +60,12 @@ type Option func(*Client)
 // its own (Go's does not resend a POST without an idempotency header, which this
 // client never sends).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTLSConfig calls lock-server over TLS with cfg — for mutual TLS, a
+// configuration that presents the caller's certificate and verifies the
+// server's (docs/contracts/workload-identity.md). It applies to the client's
+// own transport; with WithHTTPClient, configure that client instead.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
 
 // WithDriftMargin sets how much of each TTL the local deadline gives up to clock
 // drift and scheduling (default 0.10; 0 ≤ fraction ≤ 0.5, else Acquire fails).
@@ -83,7 +91,7 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{
-			Transport: newTransport(),
+			Transport: newTransport(c.tls),
 			// lock-server never redirects; following one would turn a POST into
 			// a GET of something else.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -99,12 +107,13 @@ func New(baseURL string, opts ...Option) *Client {
 // proxy (HTTP_PROXY, HTTPS_PROXY) could retry an acquire on its own, and a
 // second grant to the same owner hands out a token nobody learns. lock-server is
 // addressed directly.
-func newTransport() http.RoundTripper {
+func newTransport(cfg *tls.Config) http.RoundTripper {
 	t := &http.Transport{}
 	if d, ok := http.DefaultTransport.(*http.Transport); ok {
 		t = d.Clone()
 	}
 	t.Proxy = nil
+	t.TLSClientConfig = cfg
 	return t
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 	"lock.dev/lockapi"
@@ -41,8 +42,13 @@ const (
 // Config is every executor setting of docs/contracts/configuration.md plus the
 // in-process hooks every service has and the executor's test hooks.
 type Config struct {
-	Addr               string        // EXECUTOR_ADDR: metrics and health only
-	LogLevel           string        // LOG_LEVEL
+	Addr     string // EXECUTOR_ADDR: metrics and health only
+	LogLevel string // LOG_LEVEL
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md).
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
+	HealthAddr         string
 	LockServerURL      string        // LOCK_SERVER_URL
 	PaymentResourceURL string        // PAYMENT_RESOURCE_URL
 	RailProxyURL       string        // RAIL_PROXY_URL
@@ -174,7 +180,7 @@ func checkBaseURL(raw string) error {
 }
 
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate}
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate}
 }
 
 func (c Config) reconcileInterval() time.Duration {
@@ -207,6 +213,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "EXECUTOR_ADDR", def.Addr, "listen address of the metrics and health endpoints")
 		service.BindLogLevel(s, &cfg.LogLevel)
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
 		s.String(&cfg.LockServerURL, "LOCK_SERVER_URL", def.LockServerURL, "base URL of lock-server")
 		s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "base URL of payment-resource")
 		s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "base URL of rail-proxy")

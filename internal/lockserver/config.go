@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/lockdb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -14,8 +15,15 @@ import (
 // Config is everything lock-server is told (docs/contracts/configuration.md), plus the hooks that
 // let tests and lockdemo run it in-process.
 type Config struct {
-	Addr           string        // LOCK_SERVER_ADDR
-	LogLevel       string        // LOG_LEVEL
+	Addr     string // LOCK_SERVER_ADDR
+	LogLevel string // LOG_LEVEL
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md).
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
+	HealthAddr string
+	// DBRoles are the LOCKDB role settings migrate grants to.
+	DBRoles        service.Roles
 	LockdbURL      string        // LOCKDB_URL; empty means the libpq PG* environment
 	LockdbMaxConns int           // LOCKDB_MAX_CONNS
 	MinTTL         time.Duration // LOCK_MIN_TTL: shortest lease a caller may ask for
@@ -95,9 +103,9 @@ const schemaCheckTimeout = 10 * time.Second
 
 // spec is lock-server as the service skeleton runs it, over lockdb.
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: "lock-server", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+	return service.Spec{Name: "lock-server", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		DB: &service.Database{Tree: lockdb.Tree(), URL: c.LockdbURL, MaxConns: c.LockdbMaxConns, ConnsBound: math.MaxInt32,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: "lock-server migrate", CheckTimeout: schemaCheckTimeout}}
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: "lock-server migrate", CheckTimeout: schemaCheckTimeout}}
 }
 
 func (c Config) clock() Clock {
@@ -133,6 +141,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (st
 	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
 		service.BindLogLevel(s, &cfg.LogLevel)
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
+		service.BindRoles(s, "lockdb", &cfg.DBRoles)
 		s.String(&cfg.LockdbURL, "LOCKDB_URL", "", "lockdb connection URL (libpq PG* environment when empty)")
 		s.Int(&cfg.LockdbMaxConns, "LOCKDB_MAX_CONNS", defaultMaxConns, "most lockdb connections")
 		s.Duration(&cfg.MinTTL, "LOCK_MIN_TTL", defaultMinTTL, "shortest lease TTL a caller may ask for")

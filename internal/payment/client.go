@@ -3,6 +3,7 @@ package payment
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,7 +46,13 @@ type Client struct {
 // 308 would send it again, to an address nobody configured, and a 301–303 would
 // turn it into a GET of something else) and uses no proxy from the environment
 // (a proxy may retry a request on its own). A redirect comes back as an error.
-func NewClient(baseURL string) *Client {
+func NewClient(baseURL string) *Client { return NewTLSClient(baseURL, nil) }
+
+// NewTLSClient is NewClient calling over mutual TLS with cfg (the caller's
+// Source.ClientConfig expecting payment-resource's SPIFFE ID); nil: plaintext.
+// Its idle connections are kept per host, so a worker's calls reuse one
+// connection and pay no handshake.
+func NewTLSClient(baseURL string, cfg *tls.Config) *Client {
 	// A transport of its own: closing its idle connections, or several services
 	// in one process, then touch nothing shared.
 	tr, ok := http.DefaultTransport.(*http.Transport)
@@ -55,6 +62,7 @@ func NewClient(baseURL string) *Client {
 		tr = &http.Transport{}
 	}
 	tr.Proxy = nil
+	tr.TLSClientConfig = cfg
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -30,8 +31,15 @@ const (
 // Config is every setting of payment-resource (docs/contracts/configuration.md)
 // plus the in-process hooks.
 type Config struct {
-	Addr          string // PAYMENT_RESOURCE_ADDR
-	LogLevel      string // LOG_LEVEL
+	Addr     string // PAYMENT_RESOURCE_ADDR
+	LogLevel string // LOG_LEVEL
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md).
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
+	HealthAddr string
+	// DBRoles are the PAYDB role settings migrate grants to.
+	DBRoles       service.Roles
 	PaydbURL      string // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns int    // PAYDB_MAX_CONNS
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
@@ -105,9 +113,9 @@ const startupCheckTimeout = 10 * time.Second
 // applies the whole tree, rail-proxy's and the reconciler's tables too
 // (docs/contracts/database.md).
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: maxMaxConns,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
 }
 
 func (c Config) dbTimeout() time.Duration {
@@ -132,6 +140,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "PAYMENT_RESOURCE_ADDR", DefaultAddr, "listen address")
 		service.BindLogLevel(s, &cfg.LogLevel)
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
+		service.BindRoles(s, "paydb", &cfg.DBRoles)
 		s.String(&cfg.PaydbURL, "PAYDB_URL", "", "paydb PostgreSQL URL; the libpq PG* environment when empty")
 		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", DefaultMaxConns,
 			"paydb pool size; a request waiting longer than 2s for paydb answers 503")

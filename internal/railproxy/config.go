@@ -12,6 +12,7 @@ import (
 	"net"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -48,8 +49,15 @@ const (
 // Config is every rail-proxy setting of docs/contracts/configuration.md, plus the in-process hooks
 // every service has.
 type Config struct {
-	Addr               string        // RAIL_PROXY_ADDR
-	LogLevel           string        // LOG_LEVEL
+	Addr     string // RAIL_PROXY_ADDR
+	LogLevel string // LOG_LEVEL
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md).
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
+	HealthAddr string
+	// DBRoles are the PAYDB role settings migrate grants to.
+	DBRoles            service.Roles
 	PaydbURL           string        // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns      int           // PAYDB_MAX_CONNS
 	RailBaseURL        string        // RAIL_BASE_URL
@@ -166,9 +174,9 @@ const startupCheckTimeout = 15 * time.Second
 // whose answer was lost is resolved by looking its backend up in
 // pg_stat_activity by the connection's announced pid.
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: "rail-proxy", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: c.Validate,
+	return service.Spec{Name: "rail-proxy", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		BatchLog: true, DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: MaxPaydbConns,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: "rail-proxy migrate", CheckTimeout: startupCheckTimeout,
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: "rail-proxy migrate", CheckTimeout: startupCheckTimeout,
 			Check: refuseStandby, BackendPID: true}}
 }
 
@@ -203,6 +211,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "RAIL_PROXY_ADDR", def.Addr, "address to listen on")
 		service.BindLogLevel(s, &cfg.LogLevel)
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
+		service.BindRoles(s, "paydb", &cfg.DBRoles)
 		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
 		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
 		s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")

@@ -3,6 +3,7 @@ package railstub
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +31,15 @@ const clientTimeout = 30 * time.Second
 const maxReplyBytes = 64 << 20
 
 // NewClient is a Client for the stub at baseURL (e.g. http://127.0.0.1:8084).
-func NewClient(baseURL string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Timeout: clientTimeout}}
+func NewClient(baseURL string) *Client { return NewTLSClient(baseURL, nil) }
+
+// NewTLSClient is NewClient calling over mutual TLS with cfg (the caller's
+// Source.ClientConfig expecting rail-stub's SPIFFE ID); nil: plaintext.
+func NewTLSClient(baseURL string, cfg *tls.Config) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.TLSClientConfig = cfg
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Timeout: clientTimeout, Transport: tr}}
 }
 
 // Calls returns every call the stub has booked, in arrival order, page by page.

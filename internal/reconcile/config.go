@@ -11,6 +11,7 @@ import (
 	"net"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -37,8 +38,15 @@ const (
 // Config is every reconciler setting of docs/contracts/reconciliation.md and
 // docs/contracts/configuration.md, plus the in-process hooks every service has.
 type Config struct {
-	Addr          string // RECONCILER_ADDR
-	LogLevel      string // LOG_LEVEL
+	Addr     string // RECONCILER_ADDR
+	LogLevel string // LOG_LEVEL
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md).
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
+	HealthAddr string
+	// DBRoles are the PAYDB role settings migrate grants to.
+	DBRoles       service.Roles
 	PaydbURL      string // PAYDB_URL; libpq PG* environment when empty
 	PaydbMaxConns int    // PAYDB_MAX_CONNS
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
@@ -115,9 +123,9 @@ const startupCheckTimeout = 15 * time.Second
 // service of paydb (docs/contracts/database.md). A pass holds one connection for
 // its advisory lock and readiness needs another: at least two.
 func (c Config) spec(validate func() error) service.Spec {
-	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Validate: validate,
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: validate,
 		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, MinConns: 2, ConnsBound: MaxPaydbConns,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
 }
 
 const synopsis = ServiceName + " [serve|migrate] [flags]"
@@ -136,6 +144,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "RECONCILER_ADDR", def.Addr, "address of the metrics and health endpoints")
 		service.BindLogLevel(s, &cfg.LogLevel)
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
+		service.BindRoles(s, "paydb", &cfg.DBRoles)
 		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
 		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a pass holds one connection for its advisory lock)")
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/lockapi"
 )
@@ -94,4 +95,12 @@ func CheckSettleToken(token string) error {
 		return serve.Invalid("PAYMENT_SETTLE_TOKEN", "%s", strings.TrimPrefix(err.Error(), lockapi.ErrInvalid.Error()+": "))
 	}
 	return nil
+}
+
+// BindIdentity binds the identity settings every service has — TLS_CERT_FILE,
+// TLS_KEY_FILE, TLS_CA_FILE, UNSAFE_NO_AUTH (docs/contracts/workload-identity.md)
+// — and HEALTH_ADDR.
+func BindIdentity(s *serve.Settings, id *identity.Settings, healthAddr *string) {
+	identity.Bind(s, id)
+	s.String(healthAddr, "HEALTH_ADDR", "", "also serve /livez, /readyz and /metrics (only) here, plaintext, for probes and scrapes without an SVID; empty: only on the main listener")
 }

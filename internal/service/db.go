@@ -37,6 +37,38 @@ type Database struct {
 	// backend's pid, so a pooler in front of the server is refused
 	// (dbconn.Preconditions).
 	BackendPID bool
+	// Roles are the runtime logins migrate grants the tree's privileges to,
+	// by setting (PAYDB_ROLE_RAIL_PROXY, …, LOCKDB_ROLE_LOCK_SERVER); an empty
+	// one gets no grant step (docs/contracts/workload-identity.md, least privilege).
+	Roles Roles
+}
+
+// Roles maps a role setting to the login it names (read after parsing: the
+// settings write through the pointers).
+type Roles map[string]*string
+
+// Login is the login env names; "" when unset.
+func (r Roles) Login(env string) string {
+	if p := r[env]; p != nil {
+		return *p
+	}
+	return ""
+}
+
+// RoleSettings are the role settings of each tree, by database.
+var RoleSettings = map[string][]string{
+	"paydb":  {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER"},
+	"lockdb": {"LOCKDB_ROLE_LOCK_SERVER"},
+}
+
+// BindRoles binds the role settings of database ("paydb", "lockdb") into r.
+func BindRoles(s *serve.Settings, database string, r *Roles) {
+	*r = Roles{}
+	for _, env := range RoleSettings[database] {
+		p := new(string)
+		s.String(p, env, "", "migrate: the login granted this tree's privileges for its service (created by the operator); empty: no grant step")
+		(*r)[env] = p
+	}
 }
 
 // name is the database's name in messages: "paydb", "lockdb".

@@ -47,15 +47,21 @@ type Spec struct {
 	// HealthListener, when set, is served instead of listening on HealthAddr
 	// (tests).
 	HealthListener net.Listener
+	// AuthMaterial is the service's other auth material (a signing key, a grant
+	// key set): like the identity files, an empty one is refused at start
+	// (exit 2 naming it) unless UNSAFE_NO_AUTH lifts the refusal. Only a
+	// service's run checks it and the identity files: migrate needs neither.
+	AuthMaterial []Material
 }
+
+// Material is one setting of auth material: its variable, its value, and what
+// it is for, for the refusal.
+type Material struct{ Env, Value, What string }
 
 // Check checks the settings every service shares, for its Validate to call:
 // LOG_LEVEL, and the database's URL and pool size. An error names the setting.
 func (spec Spec) Check() error {
 	if err := CheckLogLevel(spec.LogLevel); err != nil {
-		return err
-	}
-	if err := spec.Identity.Check(); err != nil {
 		return err
 	}
 	if spec.DB != nil {
@@ -87,6 +93,10 @@ type Service struct {
 func Start(spec Spec) (*Service, error) {
 	s := &Service{spec: spec}
 	if err := spec.Validate(); err != nil {
+		s.closeListener()
+		return nil, err
+	}
+	if err := spec.checkAuth(); err != nil {
 		s.closeListener()
 		return nil, err
 	}
@@ -178,6 +188,21 @@ func (s *Service) ServeHealth(ctx context.Context) (<-chan error, error) {
 		done <- serve.Serve(ctx, ln, serve.Handler(only, s.Logger), serve.NewHealth(), s.Logger.With("listener", "health"))
 	}()
 	return done, nil
+}
+
+// checkAuth refuses to run without identity or auth material unless
+// UNSAFE_NO_AUTH lifts the refusal (docs/contracts/workload-identity.md: fail
+// closed).
+func (spec Spec) checkAuth() error {
+	if err := spec.Identity.Check(); err != nil {
+		return err
+	}
+	for _, m := range spec.AuthMaterial {
+		if err := spec.Identity.RequireMaterial(m.Env, m.Value, m.What); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Service) closeListener() {
