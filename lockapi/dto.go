@@ -154,6 +154,10 @@ type Grant struct {
 	AcquiredAt time.Time  `json:"acquiredAt"`
 	TTLMs      int64      `json:"ttlMs"`
 	ReleasedAt *time.Time `json:"releasedAt"`
+	// HolderIdentity is the SPIFFE ID of the workload that acquired the lease
+	// (docs/contracts/workload-identity.md); null when it was acquired without
+	// identities.
+	HolderIdentity *string `json:"holderIdentity"`
 }
 
 // GrantList is the answer of GET /v1/locks/{name}/grants.
