@@ -28,7 +28,7 @@ func dbSpec(t *testing.T, url string, log *logcapture.Buffer) (Spec, net.Listene
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	spec := Spec{Name: "demo-svc", LogLevel: "info", LogOutput: log, Listener: ln, Validate: func() error { return nil },
+	spec := Spec{Name: "demo-svc", Identity: noAuth, LogLevel: "info", LogOutput: log, Listener: ln, Validate: func() error { return nil },
 		DB: &Database{Tree: paydb.Tree(), URL: url, MaxConns: 4, ConnsBound: 10, MigrateCommand: "demo-svc migrate",
 			CheckTimeout: 10 * time.Second, UnsafeNonDurable: true}} // the test cluster runs with fsync off
 	return spec, ln

@@ -265,10 +265,10 @@ func (s *Service) Serve(ctx context.Context, h http.Handler, server Server, star
 		_ = ln.Close()
 		return err
 	}
-	ln = s.Secure(ctx, ln)
 	if started != nil {
 		started(ln.Addr().String())
 	}
+	ln = s.Secure(ctx, ln)
 	err = server(ctx, ln, h, s.Health, s.Logger)
 	stopHealth()
 	if herr := <-healthDone; err == nil && herr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"lock.dev/internal/identity"
 	"net"
 	"net/http"
 	"os"
@@ -28,7 +29,7 @@ func listen(t *testing.T) net.Listener {
 func TestStartClosesTheListenerOnABadSetting(t *testing.T) {
 	ln := listen(t)
 	bad := serve.Invalid("DEMO_ADDR", "must not be empty")
-	_, err := Start(Spec{Name: "demo-svc", LogLevel: "info", LogOutput: io.Discard, Listener: ln, Validate: func() error { return bad }})
+	_, err := Start(Spec{Name: "demo-svc", Identity: noAuth, LogLevel: "info", LogOutput: io.Discard, Listener: ln, Validate: func() error { return bad }})
 	if !errors.Is(err, bad) {
 		t.Fatalf("Start = %v, want the setting's refusal", err)
 	}
@@ -36,7 +37,7 @@ func TestStartClosesTheListenerOnABadSetting(t *testing.T) {
 		t.Error("the listener handed in is still open")
 	}
 	ln = listen(t)
-	_, err = Start(Spec{Name: "demo-svc", LogLevel: "loud", LogOutput: io.Discard, Listener: ln, Validate: func() error { return nil }})
+	_, err = Start(Spec{Name: "demo-svc", Identity: noAuth, LogLevel: "loud", LogOutput: io.Discard, Listener: ln, Validate: func() error { return nil }})
 	var ue *serve.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(ue.Msg, "LOG_LEVEL") || !closed(ln) {
 		t.Fatalf("Start with a bad level = %v (listener closed: %v), want a LOG_LEVEL refusal and the listener closed", err, closed(ln))
@@ -53,7 +54,7 @@ func TestServeUntilCancelled(t *testing.T) {
 	started := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(Spec{Name: "demo-svc", LogLevel: "info", LogOutput: &log, Listener: ln, Validate: func() error { return nil }},
+		done <- Run(Spec{Name: "demo-svc", Identity: noAuth, LogLevel: "info", LogOutput: &log, Listener: ln, Validate: func() error { return nil }},
 			func(sv *Service) error {
 				sv.Health.Add("workers", func(context.Context) error { return nil })
 				mux := http.NewServeMux()
@@ -143,7 +144,7 @@ func TestRegistryHasEveryFamilyWithoutStarting(t *testing.T) {
 
 func TestGrantKeys(t *testing.T) {
 	var log logcapture.Buffer
-	sv, err := Start(Spec{Name: "demo-svc", LogLevel: "info", LogOutput: &log, Validate: func() error { return nil }})
+	sv, err := Start(Spec{Name: "demo-svc", Identity: noAuth, LogLevel: "info", LogOutput: &log, Validate: func() error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,3 +190,7 @@ func TestLoggers(t *testing.T) {
 		t.Fatal("Output: nil is stdout, anything else itself")
 	}
 }
+
+// noAuth runs a test's service without identity: those tests are about the
+// skeleton's other parts, not identity (docs/contracts/workload-identity.md).
+var noAuth = identity.Settings{UnsafeNoAuth: true}
