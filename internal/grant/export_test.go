@@ -1,4 +1,4 @@
 package grant
 
 // CacheLen is how many verified grants v remembers (for tests).
-func CacheLen(v *Verifier) int { return v.cache.len() }
+func CacheLen(v *Verifier) int { return v.cur.Load().cache.len() }

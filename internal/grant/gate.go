@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/identity"
 	"lock.dev/lockapi"
 )
 
@@ -20,7 +21,10 @@ const Challenge = `LockGrant realm="lock.dev"`
 type Gate struct {
 	verifier *Verifier // nil: grants are not verified
 	rejected *prometheus.CounterVec
-	logger   *slog.Logger
+	// withoutWid counts grants accepted without wid (GRANT_WID_REQUIRED=false,
+	// a rolling upgrade): when it stays at zero the setting can be turned on.
+	withoutWid prometheus.Counter
+	logger     *slog.Logger
 
 	// workloadBound: the fence point serves mutual TLS, so a grant's wid is
 	// compared with the caller's SPIFFE ID (docs/contracts/workload-identity.md).
@@ -39,17 +43,25 @@ func (g *Gate) BindWorkload(bound, widRequired bool) {
 
 // NewGate checks grants with keys, or with nothing when keys is nil. It registers
 // grant_rejected_total{reason} in reg with every reason at zero (docs/contracts/observability.md),
-// also when it checks nothing: the series says so by staying at zero.
+// and grant_without_wid_total at zero, also when it checks nothing: the series
+// says so by staying at zero.
 func NewGate(keys *KeySet, cacheSize int, reg prometheus.Registerer, logger *slog.Logger) (*Gate, error) {
 	g := &Gate{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grant_rejected_total",
 			Help: "Fenced requests refused because their grant did not prove the token (docs/contracts/signed-grants.md), by reason.",
 		}, []string{"reason"}),
+		withoutWid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grant_without_wid_total",
+			Help: "Grants accepted without wid because GRANT_WID_REQUIRED is false (docs/contracts/workload-identity.md).",
+		}),
 		logger: logger,
 	}
 	if err := reg.Register(g.rejected); err != nil {
 		return nil, fmt.Errorf("register grant_rejected_total: %w", err)
+	}
+	if err := reg.Register(g.withoutWid); err != nil {
+		return nil, fmt.Errorf("register grant_without_wid_total: %w", err)
 	}
 	for _, r := range Reasons {
 		g.rejected.WithLabelValues(r)
@@ -93,11 +105,19 @@ type Fenced struct {
 // go on. Otherwise it has answered 401 GRANT_REJECTED with the reason, counted it
 // and logged it (never the grant), and the caller must do nothing more: nothing
 // written, nothing forwarded.
+//
+// On a workload-bound gate the grant's wid must then name the caller's verified
+// SPIFFE ID (workload_mismatch otherwise, also for a caller with none): a grant
+// read or copied by another workload is worthless to it. A grant without wid is
+// refused the same way when wid is required, else accepted, logged
+// (grant_without_wid) and counted. The cache remembers claims, not verdicts, so
+// wid is compared on every request.
 func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
 	if !g.Verifying() {
 		return true
 	}
 	var rej *Rejection
+	var c Claims
 	switch vs := r.Header.Values(lockapi.HeaderFencingGrant); {
 	case len(vs) > 1:
 		// A second grant is a second opinion about who presents which token.
@@ -105,7 +125,10 @@ func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
 	case len(vs) == 0:
 		rej = g.verifier.Verify("", Presented{})
 	default:
-		rej = g.verifier.Verify(vs[0], Presented{Lock: lockapi.AccountLockName(f.AccountID), Token: f.Token, Owner: f.OwnerID})
+		c, rej = g.verifier.VerifyClaims(vs[0], Presented{Lock: lockapi.AccountLockName(f.AccountID), Token: f.Token, Owner: f.OwnerID})
+	}
+	if rej == nil && g.workloadBound {
+		rej = g.checkWorkload(r, c, f)
 	}
 	if rej == nil {
 		return true
@@ -118,4 +141,27 @@ func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
 	lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeGrantRejected,
 		rej.Detail, map[string]any{"reason": rej.Reason}))
 	return false
+}
+
+// checkWorkload compares the verified grant's wid with r's caller.
+func (g *Gate) checkWorkload(r *http.Request, c Claims, f Fenced) *Rejection {
+	peer, err := identity.PeerID(r)
+	caller := ""
+	if err == nil {
+		caller = peer.String()
+	}
+	switch {
+	case c.Workload == "" && g.widRequired:
+		return reject(ReasonWorkloadMismatch, "the grant names no workload (wid), and this service requires one")
+	case c.Workload == "":
+		g.withoutWid.Inc()
+		g.logger.Info("grant accepted without wid: GRANT_WID_REQUIRED is false; it names no workload, so any workload holding it may use it",
+			"event", "grant_without_wid", "accountId", f.AccountID, "ownerId", f.OwnerID, "presentedToken", f.Token, "identity", caller)
+		return nil
+	case err != nil:
+		return reject(ReasonWorkloadMismatch, "the caller presents no verified workload identity")
+	case c.Workload != caller:
+		return reject(ReasonWorkloadMismatch, "the grant was not granted to workload %s (the caller)", caller)
+	}
+	return nil
 }

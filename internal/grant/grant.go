@@ -47,6 +47,11 @@ type Claims struct {
 	Token    int64  // tok: the fencing token (a decimal string on the wire)
 	Subject  string // sub: the owner id the lease was granted to
 	IssuedAt int64  // iat: seconds since the epoch, lockdb's clock at the grant
+	// Workload is wid: the SPIFFE ID of the workload that acquired the lease, ""
+	// when the grant carries none (lock-server serving without identities, or
+	// one from before wid). A fence point serving mutual TLS compares it with
+	// its caller's (docs/contracts/workload-identity.md).
+	Workload string
 }
 
 // The closed set of reasons a fence point refuses a grant for (docs/contracts/signed-grants.md), in
@@ -60,6 +65,10 @@ const (
 	ReasonLockMismatch  = "lock_mismatch"  // the grant is for another lock
 	ReasonTokenMismatch = "token_mismatch" // tok differs from X-Fencing-Token
 	ReasonOwnerMismatch = "owner_mismatch" // sub differs from X-Owner-Id
+	// ReasonWorkloadMismatch: wid names another workload than the caller's
+	// verified SPIFFE ID, or the caller has none, or (GRANT_WID_REQUIRED) the
+	// grant carries no wid. Only a fence point serving mutual TLS checks it.
+	ReasonWorkloadMismatch = "workload_mismatch"
 )
 
 // Reasons lists every reason in checking order: the label values of
@@ -67,6 +76,7 @@ const (
 var Reasons = []string{
 	ReasonMissing, ReasonMalformed, ReasonUnknownKey, ReasonBadSignature,
 	ReasonWrongIssuer, ReasonLockMismatch, ReasonTokenMismatch, ReasonOwnerMismatch,
+	ReasonWorkloadMismatch,
 }
 
 // Rejection is a refused grant: Reason is one of the closed set, Detail a short

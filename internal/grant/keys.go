@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -247,11 +248,21 @@ func ParseKeySet(b []byte) (set *KeySet, ignored int, err error) {
 
 // ReadKeySet reads a JWK Set file (see ParseKeySet).
 func ReadKeySet(path string) (set *KeySet, ignored int, err error) {
+	set, ignored, _, err = ReadKeySetSum(path)
+	return set, ignored, err
+}
+
+// ReadKeySetSum is ReadKeySet, also returning the SHA-256 of the file's bytes:
+// what a key watch compares to tell a changed file (docs/contracts/workload-identity.md:
+// by content, not by modification time).
+func ReadKeySetSum(path string) (set *KeySet, ignored int, sum [sha256.Size]byte, err error) {
 	b, _, err := readKeyFile(path)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, sum, err
 	}
-	return ParseKeySet(b)
+	sum = sha256.Sum256(b)
+	set, ignored, err = ParseKeySet(b)
+	return set, ignored, sum, err
 }
 
 // Keygen makes a key pair for lock-server: DIR/signing-key.pem (PKCS#8 PEM, mode

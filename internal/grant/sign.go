@@ -60,18 +60,27 @@ type wireClaims struct {
 	Token    string `json:"tok"` // a decimal string: int64 does not fit a JSON number safely
 	Subject  string `json:"sub"`
 	IssuedAt int64  `json:"iat"`
+	Workload string `json:"wid,omitempty"` // the acquirer's SPIFFE ID; absent without identities
 }
 
 // Sign returns the grant of token on lock to owner, issued at acquiredAt (lockdb's
-// clock at the grant, whole seconds). Its header is
-// {"alg":"EdDSA","kid":…,"typ":"lockgrant+jwt"}.
+// clock at the grant, whole seconds), without wid: what lock-server signs when it
+// serves no identities. Its header is {"alg":"EdDSA","kid":…,"typ":"lockgrant+jwt"}.
 func (s *Signer) Sign(lock string, token int64, owner string, acquiredAt time.Time) (string, error) {
+	return s.SignFor(lock, token, owner, "", acquiredAt)
+}
+
+// SignFor is Sign with the claim wid = workload, the SPIFFE ID of the workload
+// that acquired the lease (docs/contracts/workload-identity.md), written after
+// iat; an empty workload writes no wid.
+func (s *Signer) SignFor(lock string, token int64, owner, workload string, acquiredAt time.Time) (string, error) {
 	payload, err := json.Marshal(wireClaims{
 		Issuer:   Issuer,
 		Lock:     lock,
 		Token:    strconv.FormatInt(token, 10),
 		Subject:  owner,
 		IssuedAt: acquiredAt.Unix(),
+		Workload: workload,
 	})
 	if err != nil {
 		return "", fmt.Errorf("grant claims: %w", err)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync/atomic"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
@@ -27,6 +29,15 @@ var allowedAlgorithms = []jose.SignatureAlgorithm{jose.EdDSA}
 // against what the request presents, in the order of
 // docs/contracts/signed-grants.md. It is safe for concurrent use.
 type Verifier struct {
+	cacheSize int
+	// cur is the key set and the cache of grants verified with it, swapped
+	// together: a grant remembered under a set is never believed under the next
+	// one, so a key removed from the file stops passing at the swap.
+	cur atomic.Pointer[keyed]
+}
+
+// keyed is a key set with the grants verified by it.
+type keyed struct {
 	keys  *KeySet
 	cache *cache
 }
@@ -40,11 +51,23 @@ func NewVerifier(keys *KeySet, cacheSize int) (*Verifier, error) {
 	if cacheSize <= 0 {
 		cacheSize = DefaultCacheSize
 	}
-	return &Verifier{keys: keys, cache: newCache(cacheSize)}, nil
+	v := &Verifier{cacheSize: cacheSize}
+	v.cur.Store(&keyed{keys: keys, cache: newCache(cacheSize)})
+	return v, nil
 }
 
 // Keys is the set grants are verified with.
-func (v *Verifier) Keys() *KeySet { return v.keys }
+func (v *Verifier) Keys() *KeySet { return v.cur.Load().keys }
+
+// SetKeys verifies with keys from now on, with an empty cache: no grant
+// verified under the previous set passes without being verified again.
+func (v *Verifier) SetKeys(keys *KeySet) error {
+	if keys.Len() == 0 {
+		return errors.New("grant verifier: no key to verify with")
+	}
+	v.cur.Store(&keyed{keys: keys, cache: newCache(v.cacheSize)})
+	return nil
+}
 
 // Verify checks grant g against what the request presents. It returns nil when g is
 // a grant lock-server signed, with one of the set's keys, of p.Token on p.Lock to
@@ -58,23 +81,36 @@ func (v *Verifier) Keys() *KeySet { return v.keys }
 // issuer) are remembered: a caller without lock-server's key cannot put anything
 // in the cache, nor push a real grant out of it.
 func (v *Verifier) Verify(g string, p Presented) *Rejection {
+	_, r := v.VerifyClaims(g, p)
+	return r
+}
+
+// VerifyClaims is Verify, returning the grant's claims when it passes (the gate
+// compares their wid with the caller's workload).
+func (v *Verifier) VerifyClaims(g string, p Presented) (Claims, *Rejection) {
 	if g == "" {
-		return reject(ReasonMissing, "X-Fencing-Grant is required with X-Fencing-Token")
+		return Claims{}, reject(ReasonMissing, "X-Fencing-Grant is required with X-Fencing-Token")
 	}
-	c, ok := v.cache.get(g)
+	// One load: the set a grant is verified with is the set whose cache
+	// remembers it.
+	cur := v.cur.Load()
+	c, ok := cur.cache.get(g)
 	if !ok {
 		var r *Rejection
-		if c, r = v.verify(g); r != nil {
-			return r
+		if c, r = verify(cur.keys, g); r != nil {
+			return Claims{}, r
 		}
-		v.cache.put(g, c)
+		cur.cache.put(g, c)
 	}
-	return match(c, p)
+	if r := match(c, p); r != nil {
+		return Claims{}, r
+	}
+	return c, nil
 }
 
 // verify checks everything about g that does not depend on the request:
 // malformed, unknown_key, bad_signature, wrong_issuer, in that order.
-func (v *Verifier) verify(g string) (Claims, *Rejection) {
+func verify(keys *KeySet, g string) (Claims, *Rejection) {
 	if len(g) > MaxGrantBytes {
 		return Claims{}, reject(ReasonMalformed, "the grant is longer than %d bytes", MaxGrantBytes)
 	}
@@ -104,7 +140,7 @@ func (v *Verifier) verify(g string) (Claims, *Rejection) {
 	if r != nil {
 		return Claims{}, r
 	}
-	key, ok := v.keys.Lookup(kid)
+	key, ok := keys.Lookup(kid)
 	if !ok {
 		return Claims{}, reject(ReasonUnknownKey, "the grant's kid names no key this service verifies with")
 	}
@@ -179,8 +215,8 @@ func parseHeader(b []byte) (string, *Rejection) {
 }
 
 // parseClaims checks the claims' shape: iss, lock, tok (a canonical decimal
-// token, as a JSON string), sub and iat (an integer), each exactly once, and
-// nothing else. An unknown claim is refused rather than ignored: a claim added
+// token, as a JSON string), sub and iat (an integer), each exactly once, wid (a
+// SPIFFE ID string) at most once, and nothing else. An unknown claim is refused rather than ignored: a claim added
 // later (an expiry, say) must never be silently skipped by a verifier that does
 // not know it.
 func parseClaims(b []byte) (Claims, *Rejection) {
@@ -195,6 +231,7 @@ func parseClaims(b []byte) (Claims, *Rejection) {
 	tok, _ = o.String("tok", true, false, nil)
 	c.Subject, _ = o.String("sub", true, false, lockapi.ValidateOwnerID)
 	c.IssuedAt, _ = o.Int64("iat", true, 0, math.MaxInt64)
+	c.Workload, _ = o.String("wid", false, false, validateWorkload)
 	if errs := o.Finish(); len(errs) > 0 {
 		return Claims{}, reject(ReasonMalformed, "the grant's claim %s %s", errs[0].Field, errs[0].Problem)
 	}
@@ -204,6 +241,19 @@ func parseClaims(b []byte) (Claims, *Rejection) {
 	}
 	c.Token = t
 	return c, nil
+}
+
+// validateWorkload accepts a SPIFFE ID: wid is compared with a verified peer's
+// ID as a string, so only the one spelling go-spiffe gives an ID can ever match.
+func validateWorkload(s string) error {
+	id, err := spiffeid.FromString(s)
+	if err != nil {
+		return errors.New("must be a SPIFFE ID")
+	}
+	if id.String() != s {
+		return errors.New("must be a SPIFFE ID in its canonical form")
+	}
+	return nil
 }
 
 // match compares a verified grant with what the request presents: lock, token,

@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 			sv.Logger.Warn("BOOKS ARE NOT CHECKED: posts are not compared with the audit trail nor settles with the statement copy; only for callers whose books live in another database",
 				"event", "books_not_checked", "setting", "PAYMENT_BOOKS_CHECK")
 		}
-		gate, err := sv.GrantGate(keys, true)
+		gate, err := sv.GrantGate(ctx, keys, true)
 		if err != nil {
 			return err
 		}

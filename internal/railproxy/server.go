@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		store := &Store{pool: pool}
 		m := newMetrics(reg, cfg.FencingEnabled, cfg.BooksCheck)
-		gate, err := sv.GrantGate(keys, true)
+		gate, err := sv.GrantGate(ctx, keys, true)
 		if err != nil {
 			return err
 		}

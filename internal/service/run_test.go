@@ -152,7 +152,7 @@ func TestGrantKeys(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no file: %v", err)
 	}
-	gate, err := sv.GrantGate(keys, true)
+	gate, err := sv.GrantGate(t.Context(), keys, true)
 	if err != nil || gate.Verifying() {
 		t.Fatalf("gate %v, %v: want one that verifies nothing", gate, err)
 	}

@@ -34,11 +34,19 @@ func Keys(t testing.TB) (ed25519.PrivateKey, string) {
 // lock at token, held by owner, issued now.
 func Sign(t testing.TB, key ed25519.PrivateKey, account string, token int64, owner string) string {
 	t.Helper()
+	return SignFor(t, key, account, token, owner, "")
+}
+
+// SignFor is Sign with wid = workload, the SPIFFE ID of the workload that
+// acquired the lease (what lock-server serving mutual TLS signs); an empty
+// workload writes no wid.
+func SignFor(t testing.TB, key ed25519.PrivateKey, account string, token int64, owner, workload string) string {
+	t.Helper()
 	s, err := grant.NewSigner(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Sign(lockapi.AccountLockName(account), token, owner, time.Now())
+	g, err := s.SignFor(lockapi.AccountLockName(account), token, owner, workload, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
