@@ -49,19 +49,28 @@ type Config struct {
 	Identity identity.Settings
 	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
 	HealthAddr         string
-	LockServerURL      string        // LOCK_SERVER_URL
-	PaymentResourceURL string        // PAYMENT_RESOURCE_URL
-	RailProxyURL       string        // RAIL_PROXY_URL
-	OwnerID            string        // EXECUTOR_OWNER_ID; {hostname}:{pid} by default
-	Workers            int           // EXECUTOR_WORKERS
-	LeaseTTL           time.Duration // EXECUTOR_LEASE_TTL
-	ProxyTimeout       time.Duration // EXECUTOR_PROXY_TIMEOUT: bounds one submission, end to end
-	PollInterval       time.Duration // EXECUTOR_POLL_INTERVAL: idle wait between looks for work
-	PauseProbability   float64       // EXECUTOR_PAUSE_PROBABILITY: the stale-writer maker, 0 = off
-	Pause              time.Duration // EXECUTOR_PAUSE: how long a pause lasts
+	LockServerURL      string // LOCK_SERVER_URL
+	PaymentResourceURL string // PAYMENT_RESOURCE_URL
+	RailProxyURL       string // RAIL_PROXY_URL
+	// LockServerID, PaymentResourceID and RailProxyID are LOCK_SERVER_ID,
+	// PAYMENT_RESOURCE_ID and RAIL_PROXY_ID: the SPIFFE ID each server must
+	// present over mutual TLS. Empty: the service's default name in the
+	// executor's own trust domain (docs/contracts/workload-identity.md).
+	LockServerID      string
+	PaymentResourceID string
+	RailProxyID       string
+	OwnerID           string        // EXECUTOR_OWNER_ID; {hostname}:{pid} by default
+	Workers           int           // EXECUTOR_WORKERS
+	LeaseTTL          time.Duration // EXECUTOR_LEASE_TTL
+	ProxyTimeout      time.Duration // EXECUTOR_PROXY_TIMEOUT: bounds one submission, end to end
+	PollInterval      time.Duration // EXECUTOR_POLL_INTERVAL: idle wait between looks for work
+	PauseProbability  float64       // EXECUTOR_PAUSE_PROBABILITY: the stale-writer maker, 0 = off
+	Pause             time.Duration // EXECUTOR_PAUSE: how long a pause lasts
 
-	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
-	LogOutput io.Writer    // nil means os.Stdout
+	Listener net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
+	// HealthListener, when set, serves what HEALTH_ADDR would (tests, lockdemo).
+	HealthListener net.Listener
+	LogOutput      io.Writer // nil means os.Stdout
 
 	// Test hooks; none of them is a setting.
 
@@ -139,6 +148,20 @@ func (c Config) Validate() error {
 		if err := checkBaseURL(u.val); err != nil {
 			return serve.Invalid(u.env, "%v", err)
 		}
+		// With TLS set every call is mutual TLS: an http:// URL would carry no
+		// identity, so it is refused here rather than failing every call later.
+		if err := c.Identity.CheckURL(u.env, u.val); err != nil {
+			return err
+		}
+	}
+	for _, p := range []struct{ env, val string }{
+		{"LOCK_SERVER_ID", c.LockServerID},
+		{"PAYMENT_RESOURCE_ID", c.PaymentResourceID},
+		{"RAIL_PROXY_ID", c.RailProxyID},
+	} {
+		if err := identity.CheckPeer(p.env, p.val); err != nil {
+			return err
+		}
 	}
 	if err := lockapi.ValidateOwnerID(c.OwnerID); err != nil {
 		return serve.Invalid("EXECUTOR_OWNER_ID", "must be 1–128 characters of A-Z a-z 0-9 . _ : @ / -")
@@ -180,7 +203,7 @@ func checkBaseURL(raw string) error {
 }
 
 func (c Config) spec() service.Spec {
-	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate}
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, HealthListener: c.HealthListener, Validate: c.Validate}
 }
 
 func (c Config) reconcileInterval() time.Duration {
@@ -217,6 +240,9 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.LockServerURL, "LOCK_SERVER_URL", def.LockServerURL, "base URL of lock-server")
 		s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "base URL of payment-resource")
 		s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "base URL of rail-proxy")
+		s.String(&cfg.LockServerID, "LOCK_SERVER_ID", def.LockServerID, "SPIFFE ID lock-server must present (empty: spiffe://{own trust domain}/lock-server)")
+		s.String(&cfg.PaymentResourceID, "PAYMENT_RESOURCE_ID", def.PaymentResourceID, "SPIFFE ID payment-resource must present (empty: spiffe://{own trust domain}/payment-resource)")
+		s.String(&cfg.RailProxyID, "RAIL_PROXY_ID", def.RailProxyID, "SPIFFE ID rail-proxy must present (empty: spiffe://{own trust domain}/rail-proxy)")
 		s.String(&cfg.OwnerID, "EXECUTOR_OWNER_ID", def.OwnerID, "owner id presented with every lease and token ({hostname}:{pid} by default)")
 		s.Int(&cfg.Workers, "EXECUTOR_WORKERS", def.Workers, "concurrent workers, each working one account at a time")
 		s.Duration(&cfg.LeaseTTL, "EXECUTOR_LEASE_TTL", def.LeaseTTL, "account lease TTL (renewed every TTL/3); payouts CLAIMED longer than this are reconciled")

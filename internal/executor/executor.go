@@ -12,6 +12,7 @@ package executor
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -68,11 +70,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("executor: metrics: %w", err)
 	}
+	peers, err := resolvePeers(sv, cfg)
+	if err != nil {
+		return err
+	}
 	ln, err := sv.Listen()
 	if err != nil {
 		return err
 	}
-	e := newExecutor(cfg, logger, m)
+	e := newExecutor(cfg, logger, m, peers)
 	defer e.close()
 
 	// No db component: the executor owns no database. It is ready while its
@@ -82,9 +88,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	serve.Mount(mux, health, reg)
 
 	// The metrics server outlives the workers, so the last cycle's counts can
-	// still be scraped while they finish.
+	// still be scraped while they finish. It serves mutual TLS like every other
+	// workload (Secure also keeps the SVID the clients present re-read until
+	// it ends), and HEALTH_ADDR plaintext for probes and scrapes.
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServer()
+	healthDone, err := sv.ServeHealth(srvCtx)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	ln = sv.Secure(srvCtx, ln)
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- serve.Serve(srvCtx, ln, serve.Handler(mux, logger), health, logger) }()
 
@@ -92,7 +106,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		"workers", cfg.Workers, "leaseTtl", cfg.LeaseTTL.String(), "proxyTimeout", cfg.ProxyTimeout.String(),
 		"pollInterval", cfg.PollInterval.String(), "reconcileInterval", cfg.reconcileInterval().String(),
 		"pauseProbability", cfg.PauseProbability, "pause", cfg.Pause.String(), "seed", e.seed,
-		"lockServerUrl", cfg.LockServerURL, "paymentResourceUrl", cfg.PaymentResourceURL, "railProxyUrl", cfg.RailProxyURL)
+		"lockServerUrl", cfg.LockServerURL, "paymentResourceUrl", cfg.PaymentResourceURL, "railProxyUrl", cfg.RailProxyURL,
+		"lockServerId", peers.lockID, "paymentResourceId", peers.paymentID, "railProxyId", peers.proxyID)
 	if cfg.LeaseTTL < cfg.ProxyTimeout {
 		// Allowed (tests shorten leases on purpose), but a submission may then
 		// outlive the lease it was made under; the fences keep that safe, the
@@ -135,18 +150,58 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if srvErr != nil {
 		runErr = <-srvErr
 	}
+	if herr := <-healthDone; runErr == nil && herr != nil {
+		runErr = herr
+	}
 	return runErr
 }
 
-func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
-	// Each worker and the reconcile pass may hold one connection to each service.
+// peerTLS is the TLS configuration of each of the executor's clients, every one
+// presenting the executor's SVID and expecting its server's SPIFFE ID; all nil
+// without identity (UNSAFE_NO_AUTH: plaintext). The IDs are for the log.
+type peerTLS struct {
+	lock, payment, proxy       *tls.Config
+	lockID, paymentID, proxyID string
+}
+
+// resolvePeers reads LOCK_SERVER_ID, PAYMENT_RESOURCE_ID and RAIL_PROXY_ID,
+// whose defaults are in the executor's own trust domain: known only once its
+// SVID is loaded (docs/contracts/workload-identity.md).
+func resolvePeers(sv *service.Service, cfg Config) (peerTLS, error) {
+	if sv.Identity == nil {
+		return peerTLS{}, nil
+	}
+	td := sv.Identity.TrustDomain()
+	lockID, err := identity.ParsePeer("LOCK_SERVER_ID", cfg.LockServerID, td, identity.NameLockServer)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	paymentID, err := identity.ParsePeer("PAYMENT_RESOURCE_ID", cfg.PaymentResourceID, td, identity.NamePaymentResource)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	proxyID, err := identity.ParsePeer("RAIL_PROXY_ID", cfg.RailProxyID, td, identity.NameRailProxy)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	return peerTLS{
+		lock: sv.ClientTLS(lockID), payment: sv.ClientTLS(paymentID), proxy: sv.ClientTLS(proxyID),
+		lockID: lockID.String(), paymentID: paymentID.String(), proxyID: proxyID.String(),
+	}, nil
+}
+
+func newExecutor(cfg Config, logger *slog.Logger, m *metrics, peers peerTLS) *executor {
+	// Each worker and the reconcile pass may hold one connection to each
+	// service. Every client has a transport of its own sized so, rather than
+	// Go's default (two idle connections per host): with mutual TLS a
+	// connection that cannot be kept pays a handshake on the next call.
 	idle := cfg.Workers + 2
-	pc := payment.NewClient(cfg.PaymentResourceURL)
+	pc := payment.NewTLSClient(cfg.PaymentResourceURL, peers.payment)
 	pc.Timeout = cfg.requestTimeout()
-	pc.HTTP = &http.Client{Transport: newTransport(idle), CheckRedirect: noRedirect}
+	pc.HTTP = &http.Client{Transport: newTransport(idle, peers.payment), CheckRedirect: noRedirect}
 	// Redirects are not followed: a 307/308 would resend an acquire or renew to
 	// an address nobody configured.
-	lockHTTP := &http.Client{Transport: newTransport(idle), CheckRedirect: noRedirect}
+	lockHTTP := &http.Client{Transport: newTransport(idle, peers.lock), CheckRedirect: noRedirect}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Int64()
@@ -162,7 +217,7 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics) *executor {
 			lockclient.WithRequestTimeout(cfg.requestTimeout()),
 			lockclient.WithLogger(logger)),
 		payouts:  pc,
-		proxy:    newProxyClient(cfg.RailProxyURL, idle),
+		proxy:    newProxyClient(cfg.RailProxyURL, idle, peers.proxy),
 		busy:     map[string]bool{},
 		person:   map[string]personHold{},
 		lockHTTP: lockHTTP,
@@ -173,10 +228,13 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 
 // newTransport is a transport for one service: no HTTP proxy from the
 // environment (the services are addressed directly), idle connections enough for
-// every worker, closed before the servers' 60 s idle timeout.
-func newTransport(idle int) *http.Transport {
+// every worker, closed before the servers' 60 s idle timeout, and mutual TLS
+// with tlsCfg (nil: plaintext). The handshake is bounded like the dial.
+func newTransport(idle int, tlsCfg *tls.Config) *http.Transport {
 	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: 5 * time.Second,
 		MaxIdleConns:        idle,
 		MaxIdleConnsPerHost: idle,
 		IdleConnTimeout:     50 * time.Second,

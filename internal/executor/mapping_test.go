@@ -75,7 +75,9 @@ func newTestExecutor(t *testing.T, proxyURL string) *executor {
 	cfg := DefaultConfig()
 	cfg.RailProxyURL = proxyURL
 	cfg.LogOutput = io.Discard
-	e := newExecutor(cfg, discardLogger(), m)
+	// Plaintext to the test's own server: about answers, not identity
+	// (docs/contracts/workload-identity.md).
+	e := newExecutor(cfg, discardLogger(), m, peerTLS{})
 	t.Cleanup(e.close)
 	return e
 }

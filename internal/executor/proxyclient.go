@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,12 +44,16 @@ type proxyClient struct {
 // rows each): a trail longer than that is not guessed at, it is an error.
 const maxTrailPages = 100
 
-func newProxyClient(base string, maxIdle int) *proxyClient {
-	fresh := newTransport(0)
+// newProxyClient is a client of rail-proxy at base over mutual TLS with tlsCfg
+// (nil: plaintext). Its pool keeps maxIdle connections — one per worker and
+// the reconcile pass — so a submission goes out on a connection whose
+// handshake is done and pays none before its bound starts to run out.
+func newProxyClient(base string, maxIdle int, tlsCfg *tls.Config) *proxyClient {
+	fresh := newTransport(0, tlsCfg)
 	fresh.DisableKeepAlives = true
 	return &proxyClient{
 		base:  strings.TrimRight(base, "/"),
-		hc:    &http.Client{Transport: newTransport(maxIdle), CheckRedirect: noRedirect},
+		hc:    &http.Client{Transport: newTransport(maxIdle, tlsCfg), CheckRedirect: noRedirect},
 		fresh: &http.Client{Transport: fresh, CheckRedirect: noRedirect},
 	}
 }

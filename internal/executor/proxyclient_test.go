@@ -115,7 +115,7 @@ func TestSubmissionIsNeverResentOnAReusedConnection(t *testing.T) {
 	t.Run("executor client", func(t *testing.T) {
 		t.Parallel()
 		srv := newClosingProxy(t)
-		c := newProxyClient(srv.url(), 4)
+		c := newProxyClient(srv.url(), 4, nil)
 		defer c.close()
 		if a := c.submit(ctx, sampleSubmission("ok-1"), 7, "exec-a"); a.kind != answerAccepted {
 			t.Fatalf("first submission: answer %v (%v), want accepted", a.kind, a.err)
@@ -143,7 +143,7 @@ func TestSubmissionIsNeverResentOnAReusedConnection(t *testing.T) {
 	t.Run("control: a re-readable body is resent", func(t *testing.T) {
 		t.Parallel()
 		srv := newClosingProxy(t)
-		hc := newProxyClient(srv.url(), 4).hc
+		hc := newProxyClient(srv.url(), 4, nil).hc
 		defer hc.CloseIdleConnections()
 		send := func(id string, token int64) error {
 			b, _ := json.Marshal(sampleSubmission(id))
@@ -179,7 +179,7 @@ func TestSubmissionRequestShape(t *testing.T) {
 		lockapi.WriteJSON(w, 200, lockapi.SubmissionAccepted{SubmissionID: 3, PayoutID: "p-9", Outcome: lockapi.OutcomeAcked, RailReference: "RS-9"})
 	}))
 	defer srv.Close()
-	c := newProxyClient(srv.URL+"/", 1)
+	c := newProxyClient(srv.URL+"/", 1, nil)
 	defer c.close()
 	a := c.submit(context.Background(), sampleSubmission("p-9"), 42, "host-1:77")
 	if a.kind != answerAccepted || a.railReference != "RS-9" {
@@ -320,7 +320,7 @@ func TestParseAnswer(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(tc.h)
 			defer srv.Close()
-			c := newProxyClient(srv.URL, 1)
+			c := newProxyClient(srv.URL, 1, nil)
 			defer c.close()
 			a := c.submit(context.Background(), sampleSubmission("p-1"), 7, "exec-a")
 			if a.kind != tc.kind {
@@ -348,7 +348,7 @@ func TestSubmissionBoundedByItsContext(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	c := newProxyClient(srv.URL, 1)
+	c := newProxyClient(srv.URL, 1, nil)
 	defer c.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -407,7 +407,7 @@ func TestAuditTrail(t *testing.T) {
 		lockapi.WriteJSON(w, 200, page)
 	}))
 	defer srv.Close()
-	c := newProxyClient(srv.URL, 1)
+	c := newProxyClient(srv.URL, 1, nil)
 	defer c.close()
 	subs, err := c.submissions(context.Background(), "p/1 x")
 	if err != nil {

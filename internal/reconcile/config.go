@@ -52,14 +52,22 @@ type Config struct {
 	// UnsafeNonDurableDB (UNSAFE_NON_DURABLE_DB) serves a paydb whose fsync is
 	// off: only for throwaway test and demo databases (dbconn.RequireDurable).
 	UnsafeNonDurableDB bool
-	RailProxyURL       string        // RAIL_PROXY_URL
-	PaymentResourceURL string        // PAYMENT_RESOURCE_URL
-	SettleToken        string        // PAYMENT_SETTLE_TOKEN
-	Interval           time.Duration // RECONCILER_INTERVAL
-	SettleAfter        time.Duration // RECONCILER_SETTLE_AFTER
+	RailProxyURL       string // RAIL_PROXY_URL
+	PaymentResourceURL string // PAYMENT_RESOURCE_URL
+	// RailProxyID and PaymentResourceID are RAIL_PROXY_ID and
+	// PAYMENT_RESOURCE_ID: the SPIFFE ID each server must present over mutual
+	// TLS. Empty: the service's default name in the reconciler's own trust
+	// domain (docs/contracts/workload-identity.md).
+	RailProxyID       string
+	PaymentResourceID string
+	SettleToken       string        // PAYMENT_SETTLE_TOKEN
+	Interval          time.Duration // RECONCILER_INTERVAL
+	SettleAfter       time.Duration // RECONCILER_SETTLE_AFTER
 
-	Listener  net.Listener // when set, serve on it instead of listening on Addr
-	LogOutput io.Writer    // nil means os.Stdout
+	Listener net.Listener // when set, serve on it instead of listening on Addr
+	// HealthListener, when set, serves what HEALTH_ADDR would (tests).
+	HealthListener net.Listener
+	LogOutput      io.Writer // nil means os.Stdout
 }
 
 // DefaultConfig is the configuration with every default of
@@ -93,10 +101,23 @@ func (c Config) ValidateServe() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if err := service.CheckBaseURL("RAIL_PROXY_URL", c.RailProxyURL); err != nil {
+	for _, u := range []struct{ env, val string }{
+		{"RAIL_PROXY_URL", c.RailProxyURL},
+		{"PAYMENT_RESOURCE_URL", c.PaymentResourceURL},
+	} {
+		if err := service.CheckBaseURL(u.env, u.val); err != nil {
+			return err
+		}
+		// With TLS set every call is mutual TLS: an http:// URL would carry no
+		// identity, so it is refused here rather than failing every pass later.
+		if err := c.Identity.CheckURL(u.env, u.val); err != nil {
+			return err
+		}
+	}
+	if err := identity.CheckPeer("RAIL_PROXY_ID", c.RailProxyID); err != nil {
 		return err
 	}
-	if err := service.CheckBaseURL("PAYMENT_RESOURCE_URL", c.PaymentResourceURL); err != nil {
+	if err := identity.CheckPeer("PAYMENT_RESOURCE_ID", c.PaymentResourceID); err != nil {
 		return err
 	}
 	if c.SettleToken == "" {
@@ -123,7 +144,7 @@ const startupCheckTimeout = 15 * time.Second
 // service of paydb (docs/contracts/database.md). A pass holds one connection for
 // its advisory lock and readiness needs another: at least two.
 func (c Config) spec(validate func() error) service.Spec {
-	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: validate,
+	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, HealthListener: c.HealthListener, Validate: validate,
 		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, MinConns: 2, ConnsBound: MaxPaydbConns,
 			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
 }
@@ -152,6 +173,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 			"serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 		s.String(&cfg.RailProxyURL, "RAIL_PROXY_URL", def.RailProxyURL, "rail-proxy, where the rail's statement is read")
 		s.String(&cfg.PaymentResourceURL, "PAYMENT_RESOURCE_URL", def.PaymentResourceURL, "payment-resource, where settles are posted")
+		s.String(&cfg.RailProxyID, "RAIL_PROXY_ID", def.RailProxyID, "SPIFFE ID rail-proxy must present (empty: spiffe://{own trust domain}/rail-proxy)")
+		s.String(&cfg.PaymentResourceID, "PAYMENT_RESOURCE_ID", def.PaymentResourceID, "SPIFFE ID payment-resource must present (empty: spiffe://{own trust domain}/payment-resource)")
 		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", def.SettleToken,
 			"bearer token for payment-resource's settle endpoint (the same value it was given; required for serve). Prefer the variable: a flag shows in the process list")
 		s.Duration(&cfg.Interval, "RECONCILER_INTERVAL", def.Interval, "pause between passes")

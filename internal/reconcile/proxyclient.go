@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,16 +31,22 @@ type statementClient struct {
 	http *http.Client
 }
 
-func newStatementClient(base string) *statementClient {
+// newStatementClient is a client of rail-proxy at base over mutual TLS with
+// tlsCfg (nil: plaintext).
+func newStatementClient(base string, tlsCfg *tls.Config) *statementClient {
 	return &statementClient{
 		base: strings.TrimRight(base, "/"),
-		http: &http.Client{Timeout: HTTPTimeout, Transport: newTransport()},
+		http: &http.Client{Timeout: HTTPTimeout, Transport: newTransport(tlsCfg)},
 	}
 }
 
-func newTransport() *http.Transport {
+// newTransport is a transport for one service, over mutual TLS with tlsCfg
+// (nil: plaintext). A pass makes its calls one after another, so a few idle
+// connections keep every call after the first free of a handshake.
+func newTransport(tlsCfg *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
+	t.TLSClientConfig = tlsCfg
 	t.MaxIdleConnsPerHost = 4
 	t.IdleConnTimeout = 30 * time.Second
 	return t

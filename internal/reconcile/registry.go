@@ -3,11 +3,15 @@ package reconcile
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/service"
 )
 
 // MetricsRegistry is the reconciler's registry as Run builds it, every family
-// zero-initialised, without starting anything (service.Registry).
+// zero-initialised, without starting anything (service.Registry): its own, the
+// database's, and auth_enabled and tls_cert_expiry_seconds (it serves no
+// routes a role guards).
 func MetricsRegistry() *prometheus.Registry {
-	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg) }, service.DatabaseFamilies)
+	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg) }, service.DatabaseFamilies,
+		identity.AuthFamilies, identity.ExpiryFamilies)
 }

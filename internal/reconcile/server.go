@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -31,9 +33,13 @@ func Run(ctx context.Context, cfg Config) error {
 		st := &store{pool: pool}
 		logger, reg := sv.Logger, sv.Registry
 		m := newMetrics(reg)
-		statement := newStatementClient(cfg.RailProxyURL)
+		peers, err := resolvePeers(sv.Identity, cfg)
+		if err != nil {
+			return err
+		}
+		statement := newStatementClient(cfg.RailProxyURL, peers.proxy)
 		defer statement.close()
-		settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken)
+		settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken, peers.payment)
 		defer settles.close()
 		r := &reconciler{store: st, statement: statement, settles: settles, metrics: m, logger: logger, settleAfter: cfg.SettleAfter}
 		if seq, err := st.lastSeq(ctx); err == nil {
@@ -45,6 +51,7 @@ func Run(ctx context.Context, cfg Config) error {
 				"event", "settle_window_short", "settleAfter", cfg.SettleAfter.String())
 		}
 		logger.Info("reconciler starting", "railProxyURL", service.RedactURL(cfg.RailProxyURL), "paymentResourceURL", service.RedactURL(cfg.PaymentResourceURL),
+			"railProxyId", peers.proxyID, "paymentResourceId", peers.paymentID,
 			"interval", cfg.Interval.String(), "settleAfter", cfg.SettleAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)
 
 		pctx, stopPasses := context.WithCancel(ctx)
@@ -71,7 +78,22 @@ func Pass(ctx context.Context, cfg Config) (PassReport, error) {
 	if err := cfg.ValidateServe(); err != nil {
 		return PassReport{}, err
 	}
+	// Fail closed like Run: without identity only under UNSAFE_NO_AUTH.
+	if err := cfg.Identity.Check(); err != nil {
+		return PassReport{}, err
+	}
 	logger, err := service.NewLogger(cfg.LogOutput, ServiceName, cfg.LogLevel)
+	if err != nil {
+		return PassReport{}, err
+	}
+	var src *identity.Source
+	if cfg.Identity.Enabled() {
+		// One pass: the files are read once, not watched.
+		if src, err = identity.Load(cfg.Identity, logger); err != nil {
+			return PassReport{}, err
+		}
+	}
+	peers, err := resolvePeers(src, cfg)
 	if err != nil {
 		return PassReport{}, err
 	}
@@ -83,13 +105,41 @@ func Pass(ctx context.Context, cfg Config) (PassReport, error) {
 	if err := paydb.Tree().RequireCurrent(ctx, st.pool, ServiceName+" migrate"); err != nil {
 		return PassReport{}, err
 	}
-	statement := newStatementClient(cfg.RailProxyURL)
+	statement := newStatementClient(cfg.RailProxyURL, peers.proxy)
 	defer statement.close()
-	settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken)
+	settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken, peers.payment)
 	defer settles.close()
 	r := &reconciler{store: st, statement: statement, settles: settles, metrics: newMetrics(prometheus.NewRegistry()),
 		logger: logger, settleAfter: cfg.SettleAfter}
 	return r.runPass(ctx)
+}
+
+// peerTLS is the TLS configuration of each of the reconciler's clients, both
+// presenting its SVID and expecting their server's SPIFFE ID; nil without
+// identity (UNSAFE_NO_AUTH: plaintext). The IDs are for the log.
+type peerTLS struct {
+	proxy, payment     *tls.Config
+	proxyID, paymentID string
+}
+
+// resolvePeers reads RAIL_PROXY_ID and PAYMENT_RESOURCE_ID, whose defaults are
+// in the reconciler's own trust domain: known only once src, its SVID, is
+// loaded (docs/contracts/workload-identity.md). src nil: no identity.
+func resolvePeers(src *identity.Source, cfg Config) (peerTLS, error) {
+	if src == nil {
+		return peerTLS{}, nil
+	}
+	td := src.TrustDomain()
+	proxyID, err := identity.ParsePeer("RAIL_PROXY_ID", cfg.RailProxyID, td, identity.NameRailProxy)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	paymentID, err := identity.ParsePeer("PAYMENT_RESOURCE_ID", cfg.PaymentResourceID, td, identity.NamePaymentResource)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	return peerTLS{proxy: src.ClientConfig(proxyID), payment: src.ClientConfig(paymentID),
+		proxyID: proxyID.String(), paymentID: paymentID.String()}, nil
 }
 
 // loop runs a pass, then waits interval, until ctx ends.

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,11 +23,13 @@ type settleClient struct {
 	http  *http.Client
 }
 
-func newSettleClient(base, token string) *settleClient {
+// newSettleClient is a client of payment-resource at base over mutual TLS with
+// tlsCfg (nil: plaintext); the bearer token is sent as well.
+func newSettleClient(base, token string, tlsCfg *tls.Config) *settleClient {
 	return &settleClient{
 		base:  strings.TrimRight(base, "/"),
 		token: token,
-		http:  &http.Client{Timeout: HTTPTimeout, Transport: newTransport()},
+		http:  &http.Client{Timeout: HTTPTimeout, Transport: newTransport(tlsCfg)},
 	}
 }
 
