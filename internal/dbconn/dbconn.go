@@ -72,6 +72,10 @@ type Tree struct {
 	Table    string // goose version table
 	LockID   int64  // advisory lock that serialises concurrent migrate runs
 	Database string // name for messages: "paydb", "lockdb"
+	// Grants is the tree's grants file (its grants.sql): the privileges of each
+	// runtime login, by role setting, that migrate applies after the migrations
+	// (service.Database.Roles). Empty: the tree has none.
+	Grants string
 }
 
 func (t Tree) provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func() error, error) {

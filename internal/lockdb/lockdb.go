@@ -11,7 +11,15 @@ import (
 //go:embed migrations/*.sql
 var files embed.FS
 
+// grants is what each runtime login may do, applied by migrate after the
+// migrations (docs/contracts/database.md, least privilege).
+//
+//go:embed grants.sql
+var grants string
+
 // Tree returns lockdb's migration tree, versioned in goose_lockdb_version.
 func Tree() dbconn.Tree {
-	return dbconn.EmbeddedTree(files, "goose_lockdb_version", 0x6c6f636b, "lockdb")
+	tree := dbconn.EmbeddedTree(files, "goose_lockdb_version", 0x6c6f636b, "lockdb")
+	tree.Grants = grants
+	return tree
 }

@@ -14,7 +14,15 @@ import (
 //go:embed migrations/*.sql
 var files embed.FS
 
+// grants is what each runtime login may do, applied by migrate after the
+// migrations (docs/contracts/database.md, least privilege).
+//
+//go:embed grants.sql
+var grants string
+
 // Tree returns paydb's migration tree, versioned in goose_paydb_version.
 func Tree() dbconn.Tree {
-	return dbconn.EmbeddedTree(files, "goose_paydb_version", 0x70617964, "paydb")
+	tree := dbconn.EmbeddedTree(files, "goose_paydb_version", 0x70617964, "paydb")
+	tree.Grants = grants
+	return tree
 }

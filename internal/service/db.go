@@ -147,7 +147,8 @@ const migrateConns = 2
 // Migrate is a service's migrate command: it validates spec, applies the
 // embedded migrations of its database (Spec.DB), logs the version reached (event
 // migrated) and returns. Concurrent and repeated runs are safe: goose holds an
-// advisory lock while it works.
+// advisory lock while it works. Then it grants each runtime login a role
+// setting names (Database.Roles) its privileges (roles.go).
 func Migrate(ctx context.Context, spec Spec) error {
 	d := *spec.DB
 	if err := spec.Validate(); err != nil {
@@ -166,6 +167,12 @@ func Migrate(ctx context.Context, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	logger.Info(d.name()+" migrated", "event", "migrated", "version", v)
+	// the grant step follows every run, so it holds whether or not a migration
+	// was pending (roles.go)
+	granted, err := d.grant(ctx, pool)
+	if err != nil {
+		return err
+	}
+	logger.Info(d.name()+" migrated", "event", "migrated", "version", v, "granted", strings.Join(granted, ","))
 	return nil
 }

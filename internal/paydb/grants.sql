@@ -1,0 +1,46 @@
+-- paydb's privileges per runtime login (docs/contracts/database.md, least
+-- privilege). Not a migration: every paydb service's `migrate` applies it after
+-- the migrations, each run, for the logins its PAYDB_ROLE_* settings name.
+--
+-- Before these statements migrate revokes everything each named login holds in
+-- the schema (tables, sequences, functions) and grants it USAGE on the schema
+-- and SELECT on goose_paydb_version (the services check the schema's version at
+-- start): so a privilege taken out of this file is taken from the login on the
+-- next run. The statements before the first "-- role:" line run once; each
+-- "-- role: SETTING" section runs for the login that setting names, written
+-- {{role}}. No login gets DELETE or TRUNCATE: rail_submission, ledger_entry,
+-- payout_history and rail_statement_line are audit tables, and no service
+-- removes a row of any other. Identity columns draw their values without a
+-- grant on their sequences (rail-proxy's group admission draws its own). The functions are SECURITY INVOKER: the caller's
+-- grants on the tables they touch are what they may do.
+
+REVOKE EXECUTE ON FUNCTION rail_admit_group(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rail_admit_group_skip_locked(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rail_admit_group_books(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
+
+-- role: PAYDB_ROLE_RAIL_PROXY
+-- rail-proxy (internal/railproxy/store.go, groupstore.go): the high-water
+-- upsert, the intent and its resolution, the books check's read of the payout.
+GRANT SELECT, INSERT, UPDATE ON rail_submission, rail_high_water TO {{role}};
+GRANT SELECT ON payout TO {{role}};
+-- the group admission draws the attempts' ids itself, in arrival order, and
+-- inserts them OVERRIDING SYSTEM VALUE: nextval needs USAGE on the sequence.
+GRANT USAGE ON SEQUENCE rail_submission_submission_id_seq TO {{role}};
+GRANT EXECUTE ON FUNCTION rail_admit_group(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
+GRANT EXECUTE ON FUNCTION rail_admit_group_skip_locked(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
+GRANT EXECUTE ON FUNCTION rail_admit_group_books(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
+
+-- role: PAYDB_ROLE_PAYMENT
+-- payment-resource (internal/payment/store.go): the payouts, their history and
+-- ledger (appended, never rewritten), the settlements it records; the settle's
+-- evidence is read from rail-proxy's attempts and the reconciler's tables.
+GRANT SELECT, INSERT, UPDATE ON payout TO {{role}};
+GRANT SELECT, INSERT ON ledger_entry, payout_history, payout_settlement TO {{role}};
+GRANT SELECT ON rail_submission, rail_statement_line, reconciler_cursor, reconciliation_exception TO {{role}};
+
+-- role: PAYDB_ROLE_RECONCILER
+-- the reconciler (internal/reconcile/store.go): the statement's copy (appended),
+-- its exceptions, its cursor; it reads the payouts and rail-proxy's attempts.
+GRANT SELECT, INSERT ON rail_statement_line, reconciliation_exception TO {{role}};
+GRANT SELECT, INSERT, UPDATE ON reconciler_cursor TO {{role}};
+GRANT SELECT ON payout, rail_submission TO {{role}};
