@@ -129,7 +129,12 @@ func (e *executor) claim(ctx context.Context, lease *lockclient.Lease, id string
 		return lockapi.Payout{}, false
 	}
 	if ctx.Err() == nil {
-		e.log.Warn("claim failed", "event", "claim_failed", "payoutId", id, "token", lease.Token(), "error", err.Error())
+		// GRANT_REJECTED among them (workload_mismatch too: the grant names
+		// another workload than the one this TLS connection proves): an answer,
+		// not a failure to reach the server, so the cycle ends here and the
+		// reason is logged for the operator.
+		e.log.Warn("claim failed", "event", "claim_failed", "payoutId", id, "token", lease.Token(),
+			"reason", grantReason(err), "error", err.Error())
 	}
 	return lockapi.Payout{}, false
 }
@@ -289,7 +294,7 @@ func (e *executor) answerVerdict(ctx context.Context, p lockapi.Payout, token in
 		// Our request was refused before admission: nothing was presented. A bug
 		// here or there, not the rail's doing; left CLAIMED and logged loudly.
 		e.log.Error("rail-proxy refused the submission as invalid", "event", "submission_invalid",
-			"payoutId", p.PayoutID, "token", token, "error", errText(a.err))
+			"payoutId", p.PayoutID, "token", token, "reason", grantReason(a.err), "error", errText(a.err))
 		return verdict{resultUnavailable, nil, "refused as invalid; nothing was presented"}
 	case answerDuplicate:
 		return e.adoptDuplicate(ctx, p, token, a)
@@ -515,7 +520,7 @@ func (e *executor) post(ctx context.Context, p lockapi.Payout, token int64, gran
 				return false
 			}
 			e.log.Warn("post refused", "event", "post_refused", "payoutId", p.PayoutID, "token", token,
-				"outcome", req.Outcome, "code", pr.Code, "detail", pr.Detail)
+				"outcome", req.Outcome, "code", pr.Code, "reason", grantReason(pr), "detail", pr.Detail)
 			return false
 		}
 		if attempt == postAttempts {
@@ -563,6 +568,21 @@ func landedEarlier(pr *lockapi.Problem, req lockapi.PostRequest) bool {
 	var status string
 	ok, err := pr.Member("payoutStatus", &status)
 	return ok && err == nil && status == req.Outcome
+}
+
+// grantReason is the reason member of a GRANT_REJECTED refusal
+// (docs/contracts/signed-grants.md: owner_mismatch, workload_mismatch, …), or ""
+// for any other error.
+func grantReason(err error) string {
+	var pr *lockapi.Problem
+	if !errors.As(err, &pr) || pr.Code != lockapi.CodeGrantRejected {
+		return ""
+	}
+	var reason string
+	if ok, rerr := pr.Member("reason", &reason); !ok || rerr != nil {
+		return ""
+	}
+	return reason
 }
 
 func derefInt(n *int64) int64 {
