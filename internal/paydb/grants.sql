@@ -8,15 +8,22 @@
 -- start): so a privilege taken out of this file is taken from the login on the
 -- next run. The statements before the first "-- role:" line run once; each
 -- "-- role: SETTING" section runs for the login that setting names, written
--- {{role}}. No login gets DELETE or TRUNCATE: rail_submission, ledger_entry,
+-- {{role}} (in a DO block: current_setting('lockdev.grant_role')). No login gets DELETE or TRUNCATE: rail_submission, ledger_entry,
 -- payout_history and rail_statement_line are audit tables, and no service
 -- removes a row of any other. Identity columns draw their values without a
 -- grant on their sequences (rail-proxy's group admission draws its own). The functions are SECURITY INVOKER: the caller's
 -- grants on the tables they touch are what they may do.
 
-REVOKE EXECUTE ON FUNCTION rail_admit_group(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rail_admit_group_skip_locked(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rail_admit_group_books(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) FROM PUBLIC;
+-- rail-proxy's admission functions, whatever their versions and signatures:
+-- nobody else's (a new function is PUBLIC's until this runs).
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+              WHERE p.proname LIKE 'rail\_admit\_group%' AND p.pronamespace = current_schema()::regnamespace LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END $$;
 
 -- role: PAYDB_ROLE_RAIL_PROXY
 -- rail-proxy (internal/railproxy/store.go, groupstore.go): the high-water
@@ -26,9 +33,14 @@ GRANT SELECT ON payout TO {{role}};
 -- the group admission draws the attempts' ids itself, in arrival order, and
 -- inserts them OVERRIDING SYSTEM VALUE: nextval needs USAGE on the sequence.
 GRANT USAGE ON SEQUENCE rail_submission_submission_id_seq TO {{role}};
-GRANT EXECUTE ON FUNCTION rail_admit_group(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
-GRANT EXECUTE ON FUNCTION rail_admit_group_skip_locked(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
-GRANT EXECUTE ON FUNCTION rail_admit_group_books(text[], bigint[], text[], text[], text[], bigint[], text[], text[], boolean, bigint) TO {{role}};
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+              WHERE p.proname LIKE 'rail\_admit\_group%' AND p.pronamespace = current_schema()::regnamespace LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, current_setting('lockdev.grant_role'));
+    END LOOP;
+END $$;
 
 -- role: PAYDB_ROLE_PAYMENT
 -- payment-resource (internal/payment/store.go): the payouts, their history and

@@ -22,9 +22,12 @@ import (
 
 // roleHeader starts a login's section in a grants file; roleToken stands for
 // the login in its statements.
+// In a DO block, which cannot take parameters, the login is
+// current_setting('lockdev.grant_role') (set for the section's transaction).
 const (
-	roleHeader = "-- role: "
-	roleToken  = "{{role}}"
+	roleHeader  = "-- role: "
+	roleToken   = "{{role}}"
+	roleSetting = "lockdev.grant_role"
 )
 
 // grantsFile is a parsed grants file: statements run once, then each role
@@ -35,7 +38,8 @@ type grantsFile struct {
 }
 
 // parseGrants splits a grants file into statements (each ends with ";" at the
-// end of a line; "--" lines are comments) under its role headers.
+// end of a line, outside a $$-quoted body; "--" lines between statements are
+// comments) under its role headers.
 func parseGrants(text string) (grantsFile, error) {
 	g := grantsFile{roles: map[string][]string{}}
 	env := "" // the section being read; "" for the statements run once
@@ -53,11 +57,12 @@ func parseGrants(text string) (grantsFile, error) {
 			g.roles[env] = nil
 			continue
 		}
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+		if stmt.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
 			continue
 		}
 		stmt.WriteString(line)
-		if strings.HasSuffix(trimmed, ";") {
+		// a DO block's body ($$ … $$) holds statements of its own
+		if strings.HasSuffix(trimmed, ";") && strings.Count(stmt.String(), "$$")%2 == 0 {
 			st := strings.TrimSpace(stmt.String())
 			stmt.Reset()
 			if env == "" {
@@ -134,18 +139,28 @@ func (d Database) grant(ctx context.Context, pool *pgxpool.Pool) ([]string, erro
 			"REVOKE ALL ON SCHEMA "+s+" FROM "+r)
 	}
 	envs := make([]string, 0, len(ls))
-	for _, l := range ls {
-		r := pgx.Identifier{l.role}.Sanitize()
-		stmts = append(stmts, "GRANT USAGE ON SCHEMA "+s+" TO "+r, "GRANT SELECT ON "+version+" TO "+r)
-		for _, st := range g.roles[l.env] {
-			stmts = append(stmts, strings.ReplaceAll(st, roleToken, r))
-		}
-		envs = append(envs, l.env)
-	}
 	for _, st := range stmts {
 		if _, err := tx.Exec(ctx, st); err != nil {
 			return nil, fmt.Errorf("%s grants: %w", d.name(), err)
 		}
+	}
+	for _, l := range ls {
+		r := pgx.Identifier{l.role}.Sanitize()
+		// a DO block reads the login from roleSetting: a parameter, never text
+		// spliced into its body
+		stmts = []string{"GRANT USAGE ON SCHEMA " + s + " TO " + r, "GRANT SELECT ON " + version + " TO " + r}
+		for _, st := range g.roles[l.env] {
+			stmts = append(stmts, strings.ReplaceAll(st, roleToken, r))
+		}
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", roleSetting, l.role); err != nil {
+			return nil, fmt.Errorf("%s grants: %w", d.name(), err)
+		}
+		for _, st := range stmts {
+			if _, err := tx.Exec(ctx, st); err != nil {
+				return nil, fmt.Errorf("%s grants for %s: %w", d.name(), l.env, err)
+			}
+		}
+		envs = append(envs, l.env)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("%s grants: %w", d.name(), err)
