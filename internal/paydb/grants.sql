@@ -8,11 +8,12 @@
 -- start): so a privilege taken out of this file is taken from the login on the
 -- next run. The statements before the first "-- role:" line run once; each
 -- "-- role: SETTING" section runs for the login that setting names, written
--- {{role}} (in a DO block: current_setting('lockdev.grant_role')). No login gets DELETE or TRUNCATE: rail_submission, ledger_entry,
--- payout_history and rail_statement_line are audit tables, and no service
--- removes a row of any other. Identity columns draw their values without a
--- grant on their sequences (rail-proxy's group admission draws its own). The functions are SECURITY INVOKER: the caller's
--- grants on the tables they touch are what they may do.
+-- {{role}} (in a DO block: current_setting('lockdev.grant_role')). No login
+-- gets DELETE or TRUNCATE: rail_submission, ledger_entry, payout_history and
+-- rail_statement_line are audit tables, and no service removes a row of any
+-- other. Identity columns draw their values without a grant on their sequences
+-- (rail-proxy's group admission draws its own). The functions are SECURITY
+-- INVOKER: the caller's grants on the tables they touch are what they may do.
 
 -- rail-proxy's admission functions, whatever their versions and signatures:
 -- nobody else's (a new function is PUBLIC's until this runs).

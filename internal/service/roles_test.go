@@ -133,7 +133,7 @@ func runSteps(t *testing.T, who string, conn *pgx.Conn, steps []step) {
 	}
 }
 
-func ok(sql string, args ...any) step     { return step{sql, args, true} }
+func ok(sql string, args ...any) step      { return step{sql, args, true} }
 func refused(sql string, args ...any) step { return step{sql, args, false} }
 
 // auditDeletes are the deletes no login may run.
