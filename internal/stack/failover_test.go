@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/payment"
@@ -152,7 +153,10 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := payment.NewClient(st.PaymentURL)
+	// The failover runs with identities on, as the stack leaves them: the
+	// executors call through the taps as the executor workload, payouts are
+	// created as ops.
+	pc := payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameOps, identity.NamePaymentResource))
 	var run failoverRun
 	create := func(prefix string, n int, account func(i int) string) []string {
 		t.Helper()
@@ -185,6 +189,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		urls := st.ServiceURLs() // the taps: every token handed out is recorded
 		cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = urls["LOCK_SERVER_URL"], urls["PAYMENT_RESOURCE_URL"], urls["RAIL_PROXY_URL"]
 		cfg.OwnerID = fmt.Sprintf("executor-%d", i+1)
+		cfg.Identity = identity.Files(st.CertsDir, identity.NameExecutor)
 		cfg.Workers, cfg.LeaseTTL, cfg.ProxyTimeout = 2, time.Second, 7*time.Second
 		cfg.PollInterval, cfg.ReconcileInterval = 50*time.Millisecond, time.Second
 		// Stale writers: a frozen worker wakes after its lease has expired.
@@ -257,11 +262,11 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 		t.Fatal(err)
 	}
 
-	proxyBooks, err := testkit.ReadMetric(ctx, st.ProxyURL, "rail_proxy_books_check_enabled")
+	proxyBooks, err := st.ReadMetric(ctx, identity.NameRailProxy, "rail_proxy_books_check_enabled")
 	if err != nil {
 		t.Fatal(err)
 	}
-	paymentBooks, err := testkit.ReadMetric(ctx, st.PaymentURL, "payment_books_check_enabled")
+	paymentBooks, err := st.ReadMetric(ctx, identity.NamePaymentResource, "payment_books_check_enabled")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,10 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"time"
+
+	"lock.dev/internal/identity"
 
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/testkit"
@@ -14,14 +17,16 @@ import (
 
 // Reconciler is a reconciler running in this process against the stack.
 type Reconciler struct {
-	URL string // metrics and health
-	p   *inProcess
+	URL    string       // metrics and health (https with identities: call with Client)
+	Client *http.Client // the ops workload's client towards the reconciler
+	p      *inProcess
 }
 
 // StartReconciler runs a reconciler (docs/contracts/reconciliation.md) in-process
 // on a free port, configured like the other services through its variables
 // (docs/contracts/configuration.md, reconciliation.md): paydb, rail-proxy and
-// payment-resource of the stack and the stack's settle token, then
+// payment-resource of the stack, the stack's settle token and the reconciler's
+// own identity (the workload "reconciler"), then
 // Options.Env["reconciler"], then env. It returns once the reconciler is ready;
 // Close stops it, before the other services. Several may run at once.
 func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Reconciler, error) {
@@ -51,8 +56,8 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 	s.mu.Lock()
 	s.reconcilers = append(s.reconcilers, p)
 	s.mu.Unlock()
-	r := &Reconciler{URL: "http://" + ln.Addr().String(), p: p}
-	if err := waitReady(ctx, r.URL); err != nil {
+	r := &Reconciler{URL: s.scheme() + ln.Addr().String(), Client: s.HTTPClient(identity.NameOps, identity.NameReconciler), p: p}
+	if err := waitReady(ctx, r.URL, r.Client); err != nil {
 		return nil, fmt.Errorf("stack: reconciler: %w", err)
 	}
 	return r, nil
@@ -61,7 +66,18 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 // Metric reads one series of the reconciler's /metrics, as exposed (name with its
 // labels, e.g. `reconciler_settled_total{to="paid"}`).
 func (r *Reconciler) Metric(ctx context.Context, series string) (float64, error) {
-	return testkit.ReadMetric(ctx, r.URL, series)
+	fams, err := testkit.Scrape(ctx, r.Client, r.URL+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	v, ok, err := fams.Lookup(series)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("metrics of %s: no series %s", r.URL, series)
+	}
+	return v, nil
 }
 
 // completedPasses is reconciler_pass_total{result="completed"}.

@@ -13,18 +13,25 @@ package stack
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/dbconn"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/lockdb"
 	"lock.dev/internal/lockserver"
 	"lock.dev/internal/paydb"
@@ -32,6 +39,7 @@ import (
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/railproxy"
 	"lock.dev/internal/railstub"
+	"lock.dev/internal/testkit"
 )
 
 // Options shape the system.
@@ -58,9 +66,16 @@ type Options struct {
 	// which record every token lock-server answers an acquire with and every
 	// answer's status, for the invariant checker and a failover's report.
 	Tap bool
+	// UnsafeNoAuth runs every service plaintext with UNSAFE_NO_AUTH=true: no
+	// certificates, http URLs, and no grants unless Env brings GrantEnv's settings.
+	// For tests about something else than identity
+	// (docs/contracts/workload-identity.md).
+	UnsafeNoAuth bool
 	// Env adds or overrides settings (the variable names of
 	// docs/contracts/configuration.md) per service: "rail-proxy", "rail-stub",
-	// "lock-server", "payment-resource", "reconciler".
+	// "lock-server", "payment-resource", "reconciler". Without UnsafeNoAuth every
+	// service is given its SVID's files and the grant settings first, so Env can
+	// override them.
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
 	Log io.Writer
@@ -81,7 +96,19 @@ type Stack struct {
 	unsafe map[string]map[string]string
 
 	LockServerURL, PaymentURL, ProxyURL, StubURL string
-	Stub                                         *railstub.Client
+	// Stub talks to rail-stub as the ops workload (it may read the call log and
+	// steer the chaos).
+	Stub *railstub.Client
+	// CertsDir holds the throwaway certificate set (identity.WriteCerts: ca.pem and
+	// {name}.pem/{name}.key for every default name); empty with UnsafeNoAuth.
+	// identity.Files(CertsDir, name) are a workload's settings.
+	CertsDir string
+	// GrantsDir holds the grant key pair (GrantEnv); empty with UnsafeNoAuth.
+	GrantsDir string
+	tmp       string                        // removed by Close
+	grants    map[string]map[string]string  // GrantEnv's settings, without UnsafeNoAuth
+	sources   map[string]*identity.Source   // by workload name, loaded on first use (mu)
+	clients   map[[2]string]*http.Transport // by caller and peer (mu)
 	// SettleToken is payment-resource's PAYMENT_SETTLE_TOKEN, drawn at Start
 	// (unless Options.Env sets it), which the reconcilers are given.
 	SettleToken string
@@ -112,6 +139,9 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if err := s.databases(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.identities(); err != nil {
+		return nil, err
+	}
 
 	stub, err := s.startInProcess(ctx, "rail-stub", "RAIL_STUB_ADDR", nil, func(ctx context.Context, ln net.Listener, getenv func(string) string) error {
 		_, cfg, err := railstub.ParseConfig(nil, getenv)
@@ -125,7 +155,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 		return nil, err
 	}
 	s.StubURL = stub.url
-	s.Stub = railstub.NewClient(s.StubURL)
+	s.Stub = railstub.NewTLSClient(s.StubURL, s.ClientTLS(identity.NameOps, identity.NameRailStub))
 
 	ls, err := s.startInProcess(ctx, "lock-server", "LOCK_SERVER_ADDR", s.withUnsafe("lockdb", map[string]string{"LOCKDB_URL": s.LockdbURL}),
 		func(ctx context.Context, ln net.Listener, getenv func(string) string) error {
@@ -164,12 +194,12 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 		return nil, err
 	}
 	s.proxyAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	s.ProxyURL = "http://" + s.proxyAddr
+	s.ProxyURL = s.scheme() + s.proxyAddr
 	if err := s.startProxy(ctx); err != nil {
 		return nil, err
 	}
 	if opts.Tap {
-		if s.taps, err = startTaps(map[string]string{
+		if s.taps, err = startTaps(s, map[string]string{
 			"lock-server": s.LockServerURL, "payment-resource": s.PaymentURL, "rail-proxy": s.ProxyURL,
 		}); err != nil {
 			return nil, err
@@ -245,6 +275,8 @@ func (s *Stack) withUnsafe(db string, base map[string]string) map[string]string 
 // env merges base settings with the caller's overrides for service.
 func (s *Stack) env(service string, base map[string]string) map[string]string {
 	m := map[string]string{"LOG_LEVEL": "info"}
+	maps.Copy(m, s.WorkloadEnv(service))
+	maps.Copy(m, s.grants[service])
 	maps.Copy(m, base)
 	maps.Copy(m, s.opts.Env[service])
 	return m
@@ -277,7 +309,7 @@ func (s *Stack) startProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, s.ProxyURL); err != nil {
+	if err := waitReady(ctx, s.ProxyURL, s.HTTPClient(identity.NameOps, identity.NameRailProxy)); err != nil {
 		_ = p.stop()
 		return fmt.Errorf("stack: rail-proxy: %w", err)
 	}
@@ -342,6 +374,14 @@ func (s *Stack) Close() error {
 		s.pair.ReleaseStandby() // a held standby would hold nothing now, but Stop must reach it
 		errs = append(errs, s.pair.Stop())
 	}
+	s.mu.Lock()
+	for _, tr := range s.clients {
+		tr.CloseIdleConnections()
+	}
+	s.mu.Unlock()
+	if s.tmp != "" {
+		errs = append(errs, os.RemoveAll(s.tmp))
+	}
 	return errors.Join(errs...)
 }
 
@@ -367,8 +407,8 @@ func (s *Stack) startInProcess(ctx context.Context, service, addrVar string, bas
 		return started{}, err
 	}
 	s.services = append(s.services, p)
-	url := "http://" + ln.Addr().String()
-	if err := waitReady(ctx, url); err != nil {
+	url := s.scheme() + ln.Addr().String()
+	if err := waitReady(ctx, url, s.HTTPClient(identity.NameOps, service)); err != nil {
 		return started{}, fmt.Errorf("stack: %s: %w", service, err)
 	}
 	return started{stopper: p, url: url}, nil
@@ -409,23 +449,26 @@ func (p *inProcess) stop() error {
 	}
 }
 
-// waitReady polls url/readyz until it answers 200.
-func waitReady(ctx context.Context, url string) error {
+// waitReady polls url/readyz through client (on the main listener: with
+// identities on, any workload of the bundle may read it) until it answers 200.
+func waitReady(ctx context.Context, url string, client *http.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	client := &http.Client{Timeout: 2 * time.Second}
 	var last error
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url+"/readyz", nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				rcancel()
 				return nil
 			}
 			err = fmt.Errorf("readyz answered %d", resp.StatusCode)
 		}
+		rcancel()
 		last = err
 		select {
 		case <-ctx.Done():
@@ -442,4 +485,148 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// identities writes the throwaway certificate set and grant key pair, unless
+// Options.UnsafeNoAuth.
+func (s *Stack) identities() error {
+	if s.opts.UnsafeNoAuth {
+		return nil
+	}
+	tmp, err := os.MkdirTemp("", "lockdev-stack-")
+	if err != nil {
+		return fmt.Errorf("stack: identities: %w", err)
+	}
+	s.tmp = tmp
+	s.CertsDir, s.GrantsDir = filepath.Join(tmp, "certs"), filepath.Join(tmp, "grants")
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: s.CertsDir}); err != nil {
+		return fmt.Errorf("stack: certificates: %w", err)
+	}
+	if err := os.Mkdir(s.GrantsDir, 0o700); err != nil {
+		return fmt.Errorf("stack: grant keys: %w", err)
+	}
+	if s.grants, err = GrantEnv(s.GrantsDir); err != nil {
+		return fmt.Errorf("stack: grant keys: %w", err)
+	}
+	return nil
+}
+
+// Secure reports whether the stack runs with identities (not Options.UnsafeNoAuth).
+func (s *Stack) Secure() bool { return !s.opts.UnsafeNoAuth }
+
+func (s *Stack) scheme() string {
+	if s.opts.UnsafeNoAuth {
+		return "http://"
+	}
+	return "https://"
+}
+
+// WorkloadEnv is the identity settings of the workload name (one of
+// identity.DefaultNames): its SVID's files TLS_CERT_FILE, TLS_KEY_FILE and
+// TLS_CA_FILE; with Options.UnsafeNoAuth, UNSAFE_NO_AUTH=true. An executor the
+// test starts takes these with ServiceURLs.
+func (s *Stack) WorkloadEnv(name string) map[string]string {
+	if s.opts.UnsafeNoAuth {
+		return map[string]string{"UNSAFE_NO_AUTH": "true"}
+	}
+	f := identity.Files(s.CertsDir, name)
+	return map[string]string{"TLS_CERT_FILE": f.CertFile, "TLS_KEY_FILE": f.KeyFile, "TLS_CA_FILE": f.CAFile}
+}
+
+// GrantSettings are the grant settings the stack gave the services, by service
+// (GrantEnv's); nil with Options.UnsafeNoAuth.
+func (s *Stack) GrantSettings() map[string]map[string]string { return MergeEnv(s.grants) }
+
+// Source is the identity of workload name, loaded from CertsDir once; an error
+// with Options.UnsafeNoAuth.
+func (s *Stack) Source(name string) (*identity.Source, error) {
+	if s.opts.UnsafeNoAuth {
+		return nil, errors.New("stack: no identities: the stack runs with UnsafeNoAuth")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if src, ok := s.sources[name]; ok {
+		return src, nil
+	}
+	src, err := identity.Load(identity.Files(s.CertsDir, name), slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, fmt.Errorf("stack: identity of %s: %w", name, err)
+	}
+	if s.sources == nil {
+		s.sources = map[string]*identity.Source{}
+	}
+	s.sources[name] = src
+	return src, nil
+}
+
+// ClientTLS is the TLS configuration of a client acting as the workload name
+// and expecting its server to be the workload peer (their default SPIFFE IDs, in
+// the stack's trust domain); nil with Options.UnsafeNoAuth (plaintext). When
+// name's files cannot be loaded, every handshake with it fails saying why.
+func (s *Stack) ClientTLS(name, peer string) *tls.Config {
+	if s.opts.UnsafeNoAuth {
+		return nil
+	}
+	src, err := s.Source(name)
+	if err == nil {
+		var id spiffeid.ID
+		if id, err = spiffeid.FromString(identity.DefaultID(peer)); err == nil {
+			return src.ClientConfig(id)
+		}
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return nil, err
+	}}
+}
+
+// HTTPClient is an HTTP client acting as the workload name towards the service
+// peer (ClientTLS; plaintext with Options.UnsafeNoAuth), every call bounded by
+// 30 s. Clients of the same name and peer share their connections.
+func (s *Stack) HTTPClient(name, peer string) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: s.transport(name, peer)}
+}
+
+func (s *Stack) transport(name, peer string) *http.Transport {
+	cfg := s.ClientTLS(name, peer)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tr, ok := s.clients[[2]string{name, peer}]; ok {
+		return tr
+	}
+	tr := &http.Transport{
+		// No proxy from the environment: the services are addressed directly.
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		TLSClientConfig:     cfg,
+		TLSHandshakeTimeout: 5 * time.Second,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	if s.clients == nil {
+		s.clients = map[[2]string]*http.Transport{}
+	}
+	s.clients[[2]string{name, peer}] = tr
+	return tr
+}
+
+// ReadMetric reads one series (as exposed, e.g. `rail_proxy_books_check_enabled`)
+// of service's /metrics ("lock-server", "payment-resource", "rail-proxy",
+// "rail-stub"), called as the ops workload.
+func (s *Stack) ReadMetric(ctx context.Context, service, series string) (float64, error) {
+	base := map[string]string{identity.NameLockServer: s.LockServerURL, identity.NamePaymentResource: s.PaymentURL,
+		identity.NameRailProxy: s.ProxyURL, identity.NameRailStub: s.StubURL}[service]
+	if base == "" {
+		return 0, fmt.Errorf("stack: no service %q", service)
+	}
+	fams, err := testkit.Scrape(ctx, s.HTTPClient(identity.NameOps, service), base+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	v, ok, err := fams.Lookup(series)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("metrics of %s: no series %s", service, series)
+	}
+	return v, nil
 }

@@ -2,6 +2,8 @@ package stack
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
 )
 
@@ -26,9 +31,23 @@ import (
 // not hold). It changes nothing else: when the service cannot be reached, the
 // tap drops the client's connection as the service would have, rather than
 // answering a 502 of its own.
+//
+// With identities on (docs/contracts/workload-identity.md) every hop is mutual
+// TLS and each service authorises its caller's SPIFFE ID, so a tap cannot simply
+// relay bytes. It terminates TLS presenting the service's own SVID (a client
+// expecting lock-server's ID gets it: the stack holds every workload's files),
+// verifies the caller's certificate against the bundle, and calls the service as
+// that caller: over mutual TLS with the client certificate of the caller's
+// verified SPIFFE ID (the stack's certificate set has one per default name),
+// expecting the service's ID. The service thus sees the very workload the client
+// is — its roles, its lease ownership and the grant's wid are judged as without
+// the tap. A caller whose ID is not one of the stack's workloads is dropped (the
+// tap cannot speak for it). A caller from another authority fails the tap's
+// handshake, as it would fail the service's.
 
 // taps are the stack's taps, by service.
 type taps struct {
+	stack   *Stack
 	mu      sync.Mutex
 	by      map[string]*tap
 	issued  []invariants.IssuedToken
@@ -49,8 +68,8 @@ type Answer struct {
 	At      time.Time
 }
 
-func startTaps(targets map[string]string) (*taps, error) {
-	ts := &taps{by: map[string]*tap{}}
+func startTaps(s *Stack, targets map[string]string) (*taps, error) {
+	ts := &taps{by: map[string]*tap{}, stack: s}
 	for name, target := range targets {
 		if err := ts.start(name, target); err != nil {
 			_ = ts.close()
@@ -69,21 +88,43 @@ func (ts *taps) start(name, target string) error {
 	if err != nil {
 		return fmt.Errorf("stack: tap %s listen: %w", name, err)
 	}
+	scheme := "http://"
+	var transport http.RoundTripper
+	if ts.stack.Secure() {
+		src, err := ts.stack.Source(name)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("stack: tap %s: %w", name, err)
+		}
+		// tls.NewListener's *tls.Conn lets net/http set r.TLS, whose verified
+		// certificate names the caller.
+		ln = tls.NewListener(ln, src.ServerConfig())
+		scheme = "https://"
+		transport = asCaller{stack: ts.stack, service: name}
+	} else {
+		transport = ts.stack.transport("", name) // plaintext (UnsafeNoAuth)
+	}
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) },
-		// No proxy from the environment: the services are addressed directly.
-		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     30 * time.Second,
-		},
+		Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(u) },
+		Transport:      transport,
 		ModifyResponse: func(resp *http.Response) error { return ts.record(name, resp) },
 		// The client sees what it would have seen without the tap: a broken
 		// connection, not a 502 a service never answers.
 		ErrorHandler: func(http.ResponseWriter, *http.Request, error) { panic(http.ErrAbortHandler) },
 	}
-	t := &tap{name: name, url: "http://" + ln.Addr().String(), done: make(chan struct{}),
-		srv: &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}}
+	var h http.Handler = rp
+	if ts.stack.Secure() {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, err := identity.PeerID(r)
+			caller, ok := ts.stack.workloadOf(id)
+			if err != nil || !ok {
+				panic(http.ErrAbortHandler) // the tap cannot call the service as this caller
+			}
+			rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
+		})
+	}
+	t := &tap{name: name, url: scheme + ln.Addr().String(), done: make(chan struct{}),
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	// The server's own log would print every aborted request; a tap has nothing to say.
 	t.srv.ErrorLog = discardLog()
 	go func() {
@@ -181,3 +222,32 @@ func (s *Stack) Answers(from, to time.Time) []Answer {
 }
 
 func discardLog() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// callerKey carries the verified caller's workload name from the tap's handler to
+// its transport.
+type callerKey struct{}
+
+// asCaller calls service as the workload named in the request's context: with
+// that workload's client certificate, expecting the service's ID.
+type asCaller struct {
+	stack   *Stack
+	service string
+}
+
+func (a asCaller) RoundTrip(r *http.Request) (*http.Response, error) {
+	caller, _ := r.Context().Value(callerKey{}).(string)
+	if caller == "" {
+		return nil, fmt.Errorf("stack: tap %s: no verified caller", a.service)
+	}
+	return a.stack.transport(caller, a.service).RoundTrip(r)
+}
+
+// workloadOf is the name of the stack's workload whose default SPIFFE ID is id.
+func (s *Stack) workloadOf(id spiffeid.ID) (string, bool) {
+	for _, n := range identity.DefaultNames() {
+		if id.String() == identity.DefaultID(n) {
+			return n, true
+		}
+	}
+	return "", false
+}
