@@ -12,6 +12,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
@@ -76,13 +78,24 @@ type Config struct {
 	RailIdleConnTimeout time.Duration
 	UnsafeNonDurableDB  bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
 	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
-	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty:
-	// grants are not verified.
+	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty is
+	// refused at start unless UNSAFE_NO_AUTH=true: grants are then not verified.
 	GrantKeysFile string
 	// MaxGroup is RAIL_PROXY_MAX_GROUP: at most this many submissions are
 	// admitted in one transaction (and resolved in one statement); 1 admits one
 	// by one (group.go).
 	MaxGroup int
+	// GrantWidRequired is GRANT_WID_REQUIRED: with mutual TLS, a grant without
+	// wid is refused (workload_mismatch); false accepts it, logged, only while
+	// lock-server is upgraded (docs/contracts/workload-identity.md).
+	GrantWidRequired bool
+	// Submitters is RAIL_PROXY_SUBMITTERS and Readers RAIL_PROXY_READERS: the
+	// SPIFFE IDs, comma-separated, allowed to submit (submitPayment) and to read
+	// the audit trail and the statement (listSubmissions, readStatement);
+	// enforced only when the proxy serves mutual TLS
+	// (docs/contracts/workload-identity.md).
+	Submitters string
+	Readers    string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr
 	LogOutput io.Writer    // nil means os.Stdout
@@ -116,6 +129,9 @@ func DefaultConfig() Config {
 
 		RailIdleConnTimeout: DefaultRailIdleConnTimeout,
 		MaxGroup:            DefaultMaxGroup,
+		GrantWidRequired:    true,
+		Submitters:          identity.DefaultIDs(identity.NameExecutor),
+		Readers:             identity.DefaultIDs(identity.NameExecutor, identity.NameReconciler, identity.NameOps),
 	}
 }
 
@@ -161,7 +177,27 @@ func (c Config) Validate() error {
 	if c.JanitorInterval < 0 {
 		return errors.New("railproxy: JanitorInterval must not be negative")
 	}
+	if _, err := c.roles(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// roles are the allowed callers of each route guarded by a role.
+type roles struct{ submitters, readers []spiffeid.ID }
+
+// roles parses RAIL_PROXY_SUBMITTERS and RAIL_PROXY_READERS; an error names the
+// setting.
+func (c Config) roles() (roles, error) {
+	var r roles
+	var err error
+	if r.submitters, err = identity.ParseRole("RAIL_PROXY_SUBMITTERS", c.Submitters); err != nil {
+		return r, err
+	}
+	if r.readers, err = identity.ParseRole("RAIL_PROXY_READERS", c.Readers); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // startupCheckTimeout bounds each start-up check of paydb: standby and schema
@@ -177,7 +213,9 @@ func (c Config) spec() service.Spec {
 	return service.Spec{Name: "rail-proxy", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		BatchLog: true, DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: MaxPaydbConns,
 			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: "rail-proxy migrate", CheckTimeout: startupCheckTimeout,
-			Check: refuseStandby, BackendPID: true}}
+			Check: refuseStandby, BackendPID: true},
+		AuthMaterial: []service.Material{{Env: "RAIL_PROXY_GRANT_KEYS_FILE", Value: c.GrantKeysFile,
+			What: "the JWK Set of lock-server's public keys every submission's grant is verified with"}}}
 }
 
 // janitorInterval is min(10 s, RAIL_PROXY_INTERRUPTED_AFTER/4), or the test hook
@@ -223,8 +261,12 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.Duration(&cfg.InterruptedAfter, "RAIL_PROXY_INTERRUPTED_AFTER", def.InterruptedAfter, "age after which an unresolved intent is taken for a dead proxy's and resolved TIMEOUT; must exceed 2s + connect + read + 2s by at least 2s")
 		s.Duration(&cfg.RailIdleConnTimeout, "RAIL_IDLE_CONN_TIMEOUT", def.RailIdleConnTimeout, "how long an idle rail connection is kept for reuse; keep it below the rail's own idle timeout; 0 disables reuse")
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", def.UnsafeNonDurableDB, "serve a paydb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
-		s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (docs/contracts/signed-grants.md); empty: tokens are not verified")
+		s.String(&cfg.GrantKeysFile, "RAIL_PROXY_GRANT_KEYS_FILE", def.GrantKeysFile, "JWK Set of lock-server's public keys: every submission must carry a grant signed by one of them (docs/contracts/signed-grants.md); required unless UNSAFE_NO_AUTH=true")
 		s.Int(&cfg.MaxGroup, "RAIL_PROXY_MAX_GROUP", def.MaxGroup, "at most this many submissions admitted in one paydb transaction, and resolved in one statement (1: one by one)")
+		s.Bool(&cfg.GrantWidRequired, "GRANT_WID_REQUIRED", def.GrantWidRequired,
+			"with mutual TLS, refuse a grant without wid (workload_mismatch); false accepts it, logged grant_without_wid, only while lock-server is upgraded (docs/contracts/workload-identity.md)")
+		s.String(&cfg.Submitters, "RAIL_PROXY_SUBMITTERS", def.Submitters, "SPIFFE IDs, comma-separated, that may present submissions (docs/contracts/workload-identity.md)")
+		s.String(&cfg.Readers, "RAIL_PROXY_READERS", def.Readers, "SPIFFE IDs, comma-separated, that may read the audit trail and the statement")
 	})
 	if err != nil {
 		return cmd, cfg, err

@@ -64,7 +64,8 @@ func TestKilledProxyLeavesIntentForJanitor(t *testing.T) {
 	child.InterruptedAfter = child.InFlightBound() + InterruptMargin
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// The child is given a made-up payout: the books check is off, as in testConfig.
-	cmd.Env = append(os.Environ(), childEnv+"=1", "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error",
+	// About surviving a kill, not identity (docs/contracts/workload-identity.md).
+	cmd.Env = append(os.Environ(), childEnv+"=1", "UNSAFE_NO_AUTH=true", "UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL="+dbURL, "RAIL_BASE_URL="+hold.URL, "LOG_LEVEL=error",
 		"RAIL_CONNECT_TIMEOUT=100ms", "RAIL_READ_TIMEOUT=100ms", "RAIL_PROXY_INTERRUPTED_AFTER="+child.InterruptedAfter.String(),
 		"RAIL_PROXY_BOOKS_CHECK=false")
 	stdout, err := cmd.StdoutPipe()

@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"lock.dev/api"
 	"lock.dev/internal/apitest"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 )
 
@@ -14,6 +17,7 @@ import (
 func TestServesItsOpenAPIDocument(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	mux := http.NewServeMux()
-	routes(mux, &admitter{rail: &railClient{}, metrics: &metrics{}}, nil, nil, logger)
+	guard := identity.NewGuard(false, guardedRoutes, prometheus.NewRegistry(), logger)
+	routes(mux, &admitter{rail: &railClient{}, metrics: &metrics{}}, nil, nil, guard, roles{}, logger)
 	apitest.ServesDocument(t, serve.Handler(mux, logger), api.RailProxy)
 }

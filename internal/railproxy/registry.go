@@ -3,11 +3,13 @@ package railproxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/service"
 )
 
 // MetricsRegistry is rail-proxy's registry as Run builds it, every family
 // zero-initialised, without starting anything (service.Registry).
 func MetricsRegistry() *prometheus.Registry {
-	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg, true, true) }, service.DatabaseFamilies, service.GrantFamilies)
+	return service.Registry(func(reg prometheus.Registerer) { newMetrics(reg, true, true) }, service.DatabaseFamilies, service.GrantFamilies,
+		identity.AuthFamilies, identity.ExpiryFamilies, identity.AuthzFamilies(guardedRoutes...))
 }

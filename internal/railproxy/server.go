@@ -14,15 +14,30 @@ import (
 	"lock.dev/api"
 	"lock.dev/internal/fastserve"
 	"lock.dev/internal/grant"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 )
 
-// routes lists rail-proxy's whole API.
-func routes(mux *http.ServeMux, a *admitter, gate *grant.Gate, store *Store, logger *slog.Logger) {
-	mux.Handle("POST /v1/rail/submissions", handleSubmit(a, gate))
-	mux.Handle("GET /v1/rail/submissions", handleList(store, logger))
-	mux.Handle("GET /v1/rail/statement", handleStatement(a.rail, a.metrics.statementReads, logger)) // statement.go
+// The routes a role guards: the operationIds of api/rail-proxy.json, the
+// values of authz_denied_total's route label.
+const (
+	routeSubmit    = "submitPayment"
+	routeList      = "listSubmissions"
+	routeStatement = "readStatement"
+)
+
+// guardedRoutes are every route a role guards.
+var guardedRoutes = []string{routeSubmit, routeList, routeStatement}
+
+// routes lists rail-proxy's whole API. The role check comes first, before the
+// body is read: a caller without the route's role is refused 403 FORBIDDEN
+// having written nothing, called nothing and moved no counter but
+// authz_denied_total (docs/contracts/workload-identity.md).
+func routes(mux *http.ServeMux, a *admitter, gate *grant.Gate, store *Store, guard *identity.Guard, r roles, logger *slog.Logger) {
+	mux.Handle("POST /v1/rail/submissions", guard.Allow(routeSubmit, r.submitters, handleSubmit(a, gate, guard)))
+	mux.Handle("GET /v1/rail/submissions", guard.Allow(routeList, r.readers, handleList(store, logger)))
+	mux.Handle("GET /v1/rail/statement", guard.Allow(routeStatement, r.readers, handleStatement(a.rail, a.metrics.statementReads, logger))) // statement.go
 	mux.Handle("GET /openapi.json", api.Handler(api.RailProxy))
 }
 
@@ -40,6 +55,10 @@ func Run(ctx context.Context, cfg Config) error {
 			logger.Error("BOOKS NOT CHECKED: submissions are admitted without reading the payout row, so a payout nobody booked, or booked otherwise, reaches the rail; only for a gate whose callers' books live in another database (docs/contracts/books.md)",
 				"event", "books_not_checked", "setting", "RAIL_PROXY_BOOKS_CHECK")
 		}
+		rs, err := cfg.roles()
+		if err != nil {
+			return err
+		}
 		keys, err := service.ReadGrantKeys("RAIL_PROXY_GRANT_KEYS_FILE", cfg.GrantKeysFile)
 		if err != nil {
 			return err
@@ -50,7 +69,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		store := &Store{pool: pool}
 		m := newMetrics(reg, cfg.FencingEnabled, cfg.BooksCheck)
-		gate, err := sv.GrantGate(ctx, keys, true)
+		gate, err := sv.GrantGate(ctx, keys, cfg.GrantWidRequired)
 		if err != nil {
 			return err
 		}
@@ -78,13 +97,14 @@ func Run(ctx context.Context, cfg Config) error {
 		// rather than admitting submissions it cannot deliver.
 		sv.Health.Add("railStub", rail.Healthy)
 		mux := http.NewServeMux()
-		routes(mux, a, gate, store, logger)
+		routes(mux, a, gate, store, sv.Guard(guardedRoutes...), rs, logger)
 		serve.Mount(mux, sv.Health, reg)
 		err = sv.Serve(ctx, serve.Handler(mux, logger), fastserve.ServeFast, func(string) {
 			logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "booksCheck", cfg.BooksCheck, "railBaseURL", service.RedactURL(cfg.RailBaseURL),
 				"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 				"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
-				"paydbMaxConns", cfg.PaydbMaxConns)
+				"paydbMaxConns", cfg.PaydbMaxConns, "grantWidRequired", cfg.GrantWidRequired,
+				"submitters", identity.IDsString(rs.submitters), "readers", identity.IDsString(rs.readers))
 		})
 		// A submission whose connection outlived the drain grace is still carried to
 		// its answer and its row resolved before the pool closes, and a resolving
