@@ -79,6 +79,10 @@ type Submission struct {
 	DeclineReason  *string    `json:"declineReason"`
 	SubmittedAt    time.Time  `json:"submittedAt"`
 	ResolvedAt     *time.Time `json:"resolvedAt"`
+	// SubmitterIdentity is the verified SPIFFE ID of the workload that presented
+	// the attempt (docs/contracts/workload-identity.md); nil when the proxy ran
+	// without identities or the row predates the column.
+	SubmitterIdentity *string `json:"submitterIdentity"`
 }
 
 // SubmissionList is one page of the answer of GET /v1/rail/submissions?payoutId=,

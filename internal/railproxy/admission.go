@@ -46,11 +46,11 @@ import (
 //     one, and every member a group left alone (admitAlone).
 //   - In a group (RAIL_PROXY_MAX_GROUP > 1, the default): admit (group.go)
 //     queues the submission; admitWorker → admitGroupGuarded (worker.go) →
-//     admitGroupOn (groupstore.go) calls paydb's rail_admit_group_skip_locked,
-//     defined in internal/paydb/migrations/00007_rail_admit_group_skip_locked.sql,
+//     admitGroupOn (groupstore.go) calls paydb's rail_admit_group_skip_locked_by,
+//     defined in internal/paydb/migrations/00012_rail_admit_group_submitter.sql,
 //     where the comparison is the line `v_passed[j] := v_marks[k] < p_token[i]`
-//     (with the books check on, rail_admit_group_books, defined in
-//     internal/paydb/migrations/00010_rail_admit_group_books.sql, the same line).
+//     (with the books check on, rail_admit_group_books_by, in the same file, the
+//     same line).
 //
 // There is no retry of the rail call anywhere, for any outcome: a timeout means
 // unknown, never failed, and a second call could be a second payment

@@ -12,7 +12,7 @@ import (
 	"lock.dev/lockapi"
 )
 
-// The group statement with the books check on (paydb's rail_admit_group_books,
+// The group statement with the books check on (paydb's rail_admit_group_books_by,
 // docs/contracts/rail-proxy.md#group-admission-rail_proxy_max_group): the
 // payout rows are written with books_test.go's helpers, in the shape
 // payment-resource writes them.
@@ -25,7 +25,7 @@ func TestGroupBooksFollowLockapisOrder(t *testing.T) {
 	pool := pgtest.Pool(t, pgtest.PaydbURL(t))
 	var src string
 	if err := pool.QueryRow(context.Background(),
-		`SELECT prosrc FROM pg_proc WHERE proname = 'rail_admit_group_books'`).Scan(&src); err != nil {
+		`SELECT prosrc FROM pg_proc WHERE proname = 'rail_admit_group_books_by'`).Scan(&src); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -33,7 +33,7 @@ func TestGroupBooksFollowLockapisOrder(t *testing.T) {
 		names = append(names, m[1])
 	}
 	if !slices.Equal(names, lockapi.BooksMismatchOrder()) {
-		t.Fatalf("rail_admit_group_books checks %v, lockapi.BooksMismatchOrder is %v", names, lockapi.BooksMismatchOrder())
+		t.Fatalf("rail_admit_group_books_by checks %v, lockapi.BooksMismatchOrder is %v", names, lockapi.BooksMismatchOrder())
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 // group forms of admission and resolution (docs/contracts/rail-proxy.md, "Group
 // admission"; admission.go names both places the fence is compared).
 
-// admitGroupSQL calls paydb's rail_admit_group_skip_locked, defined in
-// internal/paydb/migrations/00007_rail_admit_group_skip_locked.sql: steps 1–2
+// admitGroupSQL calls paydb's rail_admit_group_skip_locked_by, defined in
+// internal/paydb/migrations/00012_rail_admit_group_submitter.sql —
+// rail_admit_group_skip_locked (00007) with each member's submitter identity as
+// an eleventh argument, recorded on its row — steps 1–2
 // for the whole group, in one statement, never waiting for a mark row another
 // transaction holds (those members come back deferred). The fence is its line
 // `v_passed[j] := v_marks[k] < p_token[i]`: the mark each member meets is its
@@ -27,11 +29,12 @@ import (
 // of admitSQL one by one (TestGroupAdmissionEqualsOneByOne). It is the group
 // statement with the books check off.
 const admitGroupSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark
-  FROM rail_admit_group_skip_locked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+  FROM rail_admit_group_skip_locked_by($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // admitGroupBooksSQL is the group statement with the books check on
-// (docs/contracts/books.md): paydb's rail_admit_group_books, defined in
-// internal/paydb/migrations/00010_rail_admit_group_books.sql, which is
+// (docs/contracts/books.md): paydb's rail_admit_group_books_by (00012: the
+// submitter identities added to rail_admit_group_books, defined in
+// internal/paydb/migrations/00010_rail_admit_group_books.sql), which is
 // rail_admit_group_skip_locked judging each member's payout row too — the fence
 // verdict first, then the first books check that fails (o_mismatch, in the
 // order of lockapi.BooksMismatchOrder) makes the member UNBOOKED and leaves
@@ -39,7 +42,7 @@ const admitGroupSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at
 // (TestGroupAdmissionEqualsOneByOne). Same arguments as admitGroupSQL.
 const admitGroupBooksSQL = `SELECT o_ord, o_deferred, o_submission_id, o_submitted_at, o_outcome, o_passed_fence, o_mark,
        o_mismatch
-  FROM rail_admit_group_books($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+  FROM rail_admit_group_books_by($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // skipHeldSQL bounds, for the rest of the transaction, how long a statement
 // waits for a row another transaction holds: the bound rail_admit_group_skip_locked
@@ -100,6 +103,24 @@ func (s *Store) AdmitGroup(ctx context.Context, subs []Submission, fencing, book
 	return out
 }
 
+// groupSubmitters is the group statement's p_submitter: each member's verified
+// SPIFFE ID, NULL for a member presented without one; NULL as a whole (one
+// parameter, nothing per member) when no member has one — a proxy without
+// identities.
+func groupSubmitters(subs []Submission) []*string {
+	var out []*string
+	for i := range subs {
+		if subs[i].SubmitterIdentity == "" {
+			continue
+		}
+		if out == nil {
+			out = make([]*string, len(subs))
+		}
+		out[i] = &subs[i].SubmitterIdentity
+	}
+	return out
+}
+
 func failAll(n int, err error) []MemberResult {
 	out := make([]MemberResult, n)
 	for i := range out {
@@ -154,6 +175,7 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 		accounts[i], tokens[i], payouts[i], owners[i], idems[i] = s.AccountID, s.Token, s.PayoutID, s.OwnerID, s.IdempotencyKey
 		amounts[i], currencies[i], beneficiaries[i] = s.AmountMinor, s.Currency, s.Beneficiary
 	}
+	submitters := groupSubmitters(subs)
 
 	inTx := false
 	// failed ends the transaction after a failure before COMMIT.
@@ -176,7 +198,7 @@ func admitGroupOn(ctx context.Context, conn *pgxpool.Conn, subs []Submission, fe
 		sql = admitGroupBooksSQL
 	}
 	b.Queue(sql, accounts, tokens, payouts, owners, idems, amounts, currencies, beneficiaries,
-		fencing, interruptAfter.Milliseconds())
+		fencing, interruptAfter.Milliseconds(), submitters)
 	br := conn.SendBatch(ctx, b)
 	out := make([]MemberResult, n)
 	_, err := br.Exec()

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"lock.dev/internal/grant"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
 )
@@ -55,14 +56,16 @@ func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi
 // calls nothing: validation is complete before the admission begins. So is the
 // grant check (docs/contracts/signed-grants.md): a token lock-server did not grant
 // for this account to this owner never reaches the gate's decision — no row, no
-// mark moved, no rail.
-func handleSubmit(a *admitter, gate *grant.Gate) http.HandlerFunc {
+// mark moved, no rail. Every row the submission writes names the verified
+// caller (guard.Caller: its SPIFFE ID, "" without identities) as its submitter.
+func handleSubmit(a *admitter, gate *grant.Gate, guard *identity.Guard) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sub, status, errs := BindSubmission(r)
 		if status != 0 {
 			lockapi.WriteInvalid(w, status, errs)
 			return
 		}
+		sub.SubmitterIdentity = guard.Caller(r)
 		if !gate.Check(w, r, grant.Fenced{AccountID: sub.AccountID, PayoutID: sub.PayoutID, Token: sub.Token, OwnerID: sub.OwnerID}) {
 			return
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/testkit"
@@ -126,6 +127,10 @@ func testConfig(paydbURL, railURL string) Config {
 	// submit made-up payouts that no payout row books, so the books check is off
 	// here. The books tests (books_test.go) turn it on and book their payouts.
 	cfg.BooksCheck = false
+	// About the fence, the rail and the audit trail, not identity
+	// (docs/contracts/workload-identity.md): plaintext, no grant key set. The
+	// identity tests (identity_test.go) set Identity themselves.
+	cfg.Identity = identity.Settings{UnsafeNoAuth: true}
 	return cfg
 }
 
@@ -442,7 +447,9 @@ func startBinary(t testing.TB, env ...string) (url string, stderr *logcapture.Bu
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cmd := exec.Command(bin)
-	cmd.Env = append(append(os.Environ(), "RAIL_PROXY_ADDR="+addr), env...)
+	// The binary's tests are about memory and throughput, not identity
+	// (docs/contracts/workload-identity.md): plaintext, unless env says otherwise.
+	cmd.Env = append(append(os.Environ(), "RAIL_PROXY_ADDR="+addr, "UNSAFE_NO_AUTH=true"), env...)
 	stderr = &logcapture.Buffer{}
 	cmd.Stderr = stderr
 	cmd.Stdout = io.Discard

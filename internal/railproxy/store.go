@@ -27,6 +27,19 @@ type Submission struct {
 	AmountMinor    int64
 	Currency       string
 	Beneficiary    string
+	// SubmitterIdentity is the verified SPIFFE ID of the workload that presented
+	// it (docs/contracts/workload-identity.md), recorded on its row; "" (NULL)
+	// when the proxy runs without identities.
+	SubmitterIdentity string
+}
+
+// submitter is s's SubmitterIdentity as a statement's parameter: NULL when no
+// caller was verified.
+func (s Submission) submitter() any {
+	if s.SubmitterIdentity == "" {
+		return nil
+	}
+	return s.SubmitterIdentity
 }
 
 // Verdict is what the admission transaction decided.
@@ -148,6 +161,9 @@ func (s *Store) InRecovery(ctx context.Context) (bool, error) {
 // submitted_at, so the janitor of any replica leaves it alone for as long as the
 // replica that admitted it may still be carrying it. FENCED and DUPLICATE rows
 // are not intents: NULL.
+//
+// $11 is the submitter's verified SPIFFE ID (submitter_identity), whatever row
+// the submission leaves; NULL without identities.
 const admitSQL = `
 WITH fence AS (
     INSERT INTO rail_high_water (account_id, highest_token, updated_at)
@@ -160,18 +176,18 @@ WITH fence AS (
 ), intent AS (
     INSERT INTO rail_submission
            (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
-            interrupt_at)
-    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond'
+            interrupt_at, submitter_identity)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond', $11::text
      WHERE (SELECT count(*) FROM fence) >= CASE WHEN $9::boolean THEN 1 ELSE 0 END
     ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
     RETURNING submission_id, submitted_at
 ), refused AS (
     INSERT INTO rail_submission
            (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
-            outcome, resolved_at)
+            outcome, resolved_at, submitter_identity)
     SELECT $3, $1, $2, $4, $5, $6, $7, $8,
            CASE WHEN EXISTS (SELECT FROM fence) OR NOT $9::boolean THEN 'DUPLICATE' ELSE 'FENCED' END,
-           clock_timestamp()
+           clock_timestamp(), $11::text
      WHERE NOT EXISTS (SELECT FROM intent)
     RETURNING submission_id, submitted_at, outcome
 )
@@ -256,8 +272,8 @@ WITH mark AS MATERIALIZED (
 ), intent AS (
     INSERT INTO rail_submission
            (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
-            interrupt_at)
-    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond'
+            interrupt_at, submitter_identity)
+    SELECT $3, $1, $2, $4, $5, $6, $7, $8, clock_timestamp() + $10 * interval '1 millisecond', $11::text
      WHERE (SELECT NOT fenced AND mismatch IS NULL FROM verdict)
        AND (SELECT count(*) FROM fence) >= CASE WHEN $9::boolean THEN 1 ELSE 0 END
     ON CONFLICT (payout_id) WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED','TIMEOUT') DO NOTHING
@@ -265,13 +281,13 @@ WITH mark AS MATERIALIZED (
 ), refused AS (
     INSERT INTO rail_submission
            (payout_id, account_id, presented_token, owner_id, idempotency_key, amount_minor, currency, beneficiary,
-            outcome, resolved_at)
+            outcome, resolved_at, submitter_identity)
     SELECT $3, $1, $2, $4, $5, $6, $7, $8,
            CASE WHEN v.fenced THEN 'FENCED'
                 WHEN v.mismatch IS NOT NULL THEN 'UNBOOKED'
                 WHEN EXISTS (SELECT FROM fence) OR NOT $9::boolean THEN 'DUPLICATE'
                 ELSE 'FENCED' END,
-           clock_timestamp()
+           clock_timestamp(), $11::text
       FROM verdict v
      WHERE NOT EXISTS (SELECT FROM intent)
     RETURNING submission_id, submitted_at, outcome
@@ -352,7 +368,7 @@ func admitOn(ctx context.Context, conn *pgxpool.Conn, sub Submission, fencing, b
 		q = admitBooksSQL
 	}
 	b.Queue(q, sub.AccountID, sub.Token, sub.PayoutID, sub.OwnerID, sub.IdempotencyKey,
-		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds())
+		sub.AmountMinor, sub.Currency, sub.Beneficiary, fencing, interruptAfter.Milliseconds(), sub.submitter())
 	br := conn.SendBatch(ctx, b)
 	var (
 		a        Admission
@@ -579,7 +595,7 @@ const MaxListPage = 100
 // page's, whatever the size of the table.
 const listSQL = `
 SELECT submission_id, payout_id, account_id, amount_minor, currency, beneficiary, presented_token, owner_id, outcome,
-       rail_reference, decline_reason, submitted_at, resolved_at
+       rail_reference, decline_reason, submitted_at, resolved_at, submitter_identity
   FROM rail_submission
  WHERE payout_id = $1 AND submission_id > $2
  ORDER BY submission_id
@@ -597,7 +613,7 @@ func (s *Store) List(ctx context.Context, payoutID string, after int64, limit in
 	for rows.Next() {
 		var r lockapi.Submission
 		if err := rows.Scan(&r.SubmissionID, &r.PayoutID, &r.AccountID, &r.AmountMinor, &r.Currency, &r.Beneficiary, &r.PresentedToken, &r.OwnerID, &r.Outcome,
-			&r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt); err != nil {
+			&r.RailReference, &r.DeclineReason, &r.SubmittedAt, &r.ResolvedAt, &r.SubmitterIdentity); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("listing submissions: %w", err)
 		}
