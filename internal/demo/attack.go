@@ -22,6 +22,7 @@ import (
 	"lock.dev/internal/executor"
 	"lock.dev/internal/grant"
 	"lock.dev/internal/grant/forge"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/stack"
@@ -99,24 +100,30 @@ type attackSite struct {
 // runAttack is one column: warm-up, attack, honest holder again.
 func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, error) {
 	start := time.Now()
-	env, err := stack.GrantEnv(t.keysDir)
-	if err != nil {
-		return nil, err
+	env := map[string]map[string]string{}
+	if cfg.UnsafeNoAuth {
+		// Without identities the stack makes no grant keys; the demo's own.
+		var err error
+		if env, err = stack.GrantEnv(t.keysDir); err != nil {
+			return nil, err
+		}
 	}
 	if !t.verified {
 		// lock-server still signs (the rogue has real grants to replay); the
 		// fence points are not given the key set, and check nothing against the
-		// books.
-		env["rail-proxy"] = map[string]string{"RAIL_PROXY_BOOKS_CHECK": "false"}
-		env["payment-resource"] = map[string]string{"PAYMENT_BOOKS_CHECK": "false"}
+		// books. With identities on they would refuse to start without the key
+		// set: UNSAFE_NO_AUTH lifts that refusal alone — their TLS settings are
+		// given, so they still serve mutual TLS and check roles.
+		env["rail-proxy"] = map[string]string{"RAIL_PROXY_BOOKS_CHECK": "false", "RAIL_PROXY_GRANT_KEYS_FILE": "", "UNSAFE_NO_AUTH": "true"}
+		env["payment-resource"] = map[string]string{"PAYMENT_BOOKS_CHECK": "false", "PAYMENT_GRANT_KEYS_FILE": "", "UNSAFE_NO_AUTH": "true"}
 	}
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log,
+	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log, UnsafeNoAuth: cfg.UnsafeNoAuth,
 		Env: stack.MergeEnv(env, map[string]map[string]string{"rail-stub": {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10)}})})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	a := &attack{st: st, pc: payment.NewClient(st.PaymentURL), cfg: cfg, log: t.log}
+	a := newAttack(st, cfg, t.log)
 	res := &AttackResult{GrantsVerified: t.verified, BooksChecked: t.verified, Account: attackVictim}
 
 	// Warm-up: an honest executor pays one payout of each account, so the victim
@@ -193,14 +200,25 @@ func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, er
 	return res, nil
 }
 
-// attack is one column's system and helpers.
+// attack is one column's system and helpers. With identities on the rogue and
+// the insider call as the executor workload: a certificate the services accept
+// and the executor's roles (holder, worker, submitter) — what a process on an
+// executor's host has. Grants and the books are what stop it then.
 type attack struct {
-	st  *stack.Stack
-	pc  *payment.Client
-	cfg Config
-	log io.Writer
+	st   *stack.Stack
+	pc   *payment.Client // as ops: creates payouts and reads them
+	exec *payment.Client // as the executor: claims and posts
+	cfg  Config
+	log  io.Writer
 
 	execURL string // the honest executor's metrics and health, while honestPhase runs
+}
+
+func newAttack(st *stack.Stack, cfg Config, log io.Writer) *attack {
+	return &attack{st: st, cfg: cfg, log: log,
+		pc:   payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameOps, identity.NamePaymentResource)),
+		exec: payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameExecutor, identity.NamePaymentResource)),
+	}
 }
 
 func (a *attack) create(ctx context.Context, id, account string, amount int64) error {
@@ -252,7 +270,7 @@ func (a *attack) honestPhase(ctx context.Context, done func(context.Context) boo
 	if err != nil {
 		return err
 	}
-	a.execURL = "http://" + cfg.Listener.Addr().String()
+	a.execURL = map[bool]string{true: "https://", false: "http://"}[a.st.Secure()] + cfg.Listener.Addr().String()
 	ectx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var runErr error
@@ -273,7 +291,7 @@ func (a *attack) honestPhase(ctx context.Context, done func(context.Context) boo
 // transit: one of the victim account, one of another account, both taken here
 // from lock-server as an honest holder would get them.
 func (a *attack) variants(ctx context.Context) ([]variant, error) {
-	lc := lockclient.New(a.st.LockServerURL)
+	lc := lockclient.New(a.st.LockServerURL, lockclient.WithTLSConfig(a.st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
 	seen := func(account string) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -356,7 +374,7 @@ func (a *attack) submit(ctx context.Context, body lockapi.SubmissionRequest, tok
 	for _, g := range grants {
 		req.Header.Add(lockapi.HeaderFencingGrant, g)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := a.st.HTTPClient(identity.NameExecutor, identity.NameRailProxy).Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -375,7 +393,7 @@ func (a *attack) rogueClaim(ctx context.Context, token int64, grants []string, v
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.pc.ClaimWithGrant(cctx, attackTarget, token, g, rogueOwner)
+	_, err := a.exec.ClaimWithGrant(cctx, attackTarget, token, g, rogueOwner)
 	var p *lockapi.Problem
 	switch {
 	case err == nil:

@@ -113,7 +113,8 @@ func writeAttack(w io.Writer, cols []*AttackResult) {
 	if len(cols) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nattack — a rogue client with no lease presents a huge token for %s, one higher each try\n"+
+	fmt.Fprintf(w, "\nattack — a rogue client with no lease (with identities on, a process holding the executor's\n"+
+		"certificate and roles) presents a huge token for %s, one higher each try\n"+
 		"(%d … %d): to rail-proxy a payout nobody created, %d EUR\n"+
 		"minor units to %s; to payment-resource a claim of %s's pending payout %s. Each column is\n"+
 		"a system of its own, fencing on, after an honest executor paid one payout per account; they\n"+

@@ -35,6 +35,12 @@ type Config struct {
 	// made, with and without the books checks (docs/contracts/books.md).
 	Grants bool
 	Attack bool
+	// UnsafeNoAuth runs every service plaintext with UNSAFE_NO_AUTH=true: no
+	// workload identities (docs/contracts/workload-identity.md). By default they
+	// are on: every call is mutual TLS between named workloads, each service
+	// allows each workload only its part, and grants are always signed and
+	// verified. The attack's identity rows then show what identities stop.
+	UnsafeNoAuth bool
 	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
 	// mid-run, kills the primary (SIGKILL) and promotes the standby. It
 	// is one fenced run: no --compare, no --attack.
@@ -122,6 +128,8 @@ func (c Config) Validate() error {
 		return errors.New("--failover starts its own primary and standby: not with --paydb-url")
 	case c.Failover && (c.Compare || c.Attack):
 		return errors.New("--failover is one run on a replicated pair: not with --compare or --attack")
+	case !c.Grants && !c.UnsafeNoAuth:
+		return errors.New("--grants=false needs --unsafe-no-auth: with identities on every service requires its grant keys (docs/contracts/workload-identity.md)")
 	case c.Keep && c.Compare && c.PaydbURL != "":
 		return errors.New("--keep with --compare needs the throwaway PostgreSQL: two runs cannot both stay on the given databases")
 	}
@@ -151,6 +159,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Compare, "compare", cfg.Compare, "run the same seeded scenario with fencing on and off, on fresh databases, side by side")
 	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (docs/contracts/signed-grants.md) in the runs")
 	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not, and an insider with genuine leases makes moves the books never made, with the books checked and not (needs the throwaway PostgreSQL)")
+	fs.BoolVar(&cfg.UnsafeNoAuth, "unsafe-no-auth", cfg.UnsafeNoAuth, "run every service plaintext with UNSAFE_NO_AUTH=true: no workload identities, no roles (the attack's identity rows then succeed); grants only with --grants")
 	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
@@ -166,16 +175,20 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 			fs.SetOutput(usage)
 			fmt.Fprint(usage, `lockdemo: the whole lock.dev system on one machine, under chaos, ending in a verdict.
 
-Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail-proxy,
-seeds payouts, runs executors with stale-writer pauses, a slow and lossy rail and a
-rail-proxy crash, then checks the invariants from ground truth. By default it runs the
+Starts a throwaway PostgreSQL, lock-server, payment-resource, rail-stub and rail-proxy
+with workload identities on (mutual TLS between named workloads, roles per route,
+leases bound to their workload; docs/contracts/workload-identity.md), seeds payouts,
+runs executors with stale-writer pauses, a slow and lossy rail and a rail-proxy
+crash, then checks the invariants from ground truth. By default it runs the
 same seeded scenario twice, with fencing on and off, with grants signed and verified
 (docs/contracts/signed-grants.md); the fenced run checks every move against the books
 (docs/contracts/books.md), the fencing-off run checks neither fence nor books. Then it
 shows a rogue client's made-up token refused with grants verified and admitted without,
-and an insider's moves with genuine leases refused with the books checked and made
-without. Exit status 0 only when every invariant held in the fenced run, and every rogue
-attempt and insider move was refused. See docs/lockdemo.md.
+an insider's moves with genuine leases refused with the books checked and made
+without, and the workloads' attacks on each other refused by their identities (made, with
+--unsafe-no-auth). Exit status 0 only when every invariant held in the fenced run, and every
+rogue attempt and insider move was refused (the identity rows: with identities on). See
+docs/lockdemo.md.
 
 usage: lockdemo [flags]
 

@@ -18,7 +18,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Compare || !cfg.Fencing || !cfg.Grants || !cfg.Attack || cfg.Payouts != DefaultConfig().Payouts {
+	if !cfg.Compare || !cfg.Fencing || !cfg.Grants || !cfg.Attack || cfg.UnsafeNoAuth || cfg.Payouts != DefaultConfig().Payouts {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = ParseArgs([]string{"--fencing=false", "--payouts", "30", "--accounts=3", "--seed=9", "--max-duration=20s"}, nil)
@@ -42,16 +42,20 @@ func TestParseArgs(t *testing.T) {
 		{"--payouts=0"}, {"--accounts=500"}, {"--chaos=1.5"}, {"--lease-ttl=500ms"}, {"--executors=0"},
 		{"--paydb-url=postgres://x/y"}, {"--nope"}, {"extra"}, {"--max-duration=1s"}, {"--pause-probability=2"},
 		{"--keep", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
+		{"--grants=false"}, // with identities on every service requires its grant keys
 	} {
 		if _, err := ParseArgs(bad, nil); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Errorf("%v accepted", bad)
 		}
 	}
+	if cfg, err := ParseArgs([]string{"--unsafe-no-auth", "--grants=false"}, nil); err != nil || !cfg.UnsafeNoAuth || cfg.Grants {
+		t.Errorf("--unsafe-no-auth --grants=false: %+v %v", cfg, err)
+	}
 	var usage bytes.Buffer
 	if _, err := ParseArgs([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "-failover", "docs/lockdemo.md"} {
+	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "-failover", "-unsafe-no-auth", "docs/lockdemo.md"} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}

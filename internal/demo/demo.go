@@ -64,9 +64,15 @@ type Output struct {
 	// Insider is an insider's moves with genuine leases, with the books checked
 	// and not (docs/contracts/books.md).
 	Insider []*InsiderResult `json:"insider,omitempty"`
+	// Identity is the workloads' attacks on each other, with identities as the
+	// run has them (docs/contracts/workload-identity.md).
+	Identity *IdentityResult `json:"identity,omitempty"`
+	// Identities: every service ran with workload identities (mutual TLS, roles
+	// per route); false with --unsafe-no-auth.
+	Identities bool `json:"identities"`
 	// OK is the exit status's verdict: every invariant held in the fenced run,
-	// every rogue attempt was refused with grants verified, and every insider
-	// move with the books checked.
+	// every rogue attempt was refused with grants verified, every insider move
+	// with the books checked, and, with identities on, every identity row.
 	OK      bool   `json:"ok"`
 	LogPath string `json:"logPath"`
 }
@@ -101,8 +107,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		return false, err
 	}
 	defer logFile.Close()
-	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers; service logs in %s",
-		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, logPath)
+	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers, identities %s; service logs in %s",
+		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, onOff(!cfg.UnsafeNoAuth), logPath)
 	keysRoot, removeKeys, err := makeKeysRoot()
 	if err != nil {
 		return false, err
@@ -168,6 +174,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 
 	var attacks []*AttackResult
 	var insiders []*InsiderResult
+	var ident *IdentityResult
 	if cfg.Attack && cluster != nil {
 		if attacks, err = runAttacks(ctx, cluster, cfg, keysRoot, logFile, p); err != nil {
 			return false, err
@@ -175,16 +182,20 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		if insiders, err = runInsiders(ctx, cluster, cfg, keysRoot, logFile, p); err != nil { // insider.go
 			return false, err
 		}
+		if ident, err = runIdentity(ctx, cluster, cfg, keysRoot, logFile, p); err != nil { // identity.go
+			return false, err
+		}
 	}
-	ok := verdict(runs) && attackVerdict(attacks) && insiderVerdict(insiders) && failoverVerdict(cfg, runs)
+	ok := verdict(runs) && attackVerdict(attacks) && insiderVerdict(insiders) && identityVerdict(ident) && failoverVerdict(cfg, runs)
 	if cfg.JSON {
-		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, Insider: insiders, OK: ok, LogPath: logPath}
+		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, Insider: insiders, Identity: ident,
+			Identities: !cfg.UnsafeNoAuth, OK: ok, LogPath: logPath}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return false, err
 		}
-	} else if err := writeReport(stdout, cfg, runs, attacks, insiders, ok, logPath); err != nil {
+	} else if err := writeReport(stdout, cfg, runs, attacks, insiders, ident, ok, logPath); err != nil {
 		return false, err
 	}
 	if cfg.Keep {
@@ -192,7 +203,9 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		if cfg.JSON {
 			w = stderr
 		}
-		writeKeep(w, runs)
+		if err := writeKeep(ctx, w, runs); err != nil {
+			return false, err
+		}
 		<-ctx.Done()
 		p.say("stopping the servers …")
 	}
@@ -262,19 +275,20 @@ func settingsOf(cfg Config) Settings {
 }
 
 // writeReport is the human report: the settings, the table, the verdict.
-func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResult, insiders []*InsiderResult, ok bool, logPath string) error {
+func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResult, insiders []*InsiderResult, ident *IdentityResult, ok bool, logPath string) error {
 	cols := make([]invariants.Column, len(runs))
 	extra := []invariants.Row{
 		{Label: "the fence checked at the gate (RAIL_PROXY_FENCING_ENABLED)"},
 		{Label: "the books checked at the gate (RAIL_PROXY_BOOKS_CHECK)"},
 		{Label: "the books checked at post and settle (PAYMENT_BOOKS_CHECK)"},
 		{Label: "grants signed and verified"},
+		{Label: "workload identities (mutual TLS, roles per route)"},
 		{Label: "wall time"}, {Label: "every payout settled in time"}, {Label: "executor pauses (stale-writer makers)"},
 		{Label: "rail-proxy crashes (SIGKILL, restart)"}, {Label: "slow-rail windows (latency > read timeout)"},
 	}
 	for i, r := range runs {
 		cols[i] = invariants.Column{Title: "fencing " + onOff(r.Fencing), Report: r.Report}
-		for j, v := range []string{yesNo(r.Fencing), yesNo(r.BooksChecked), yesNo(r.BooksChecked), yesNo(r.Grants),
+		for j, v := range []string{yesNo(r.Fencing), yesNo(r.BooksChecked), yesNo(r.BooksChecked), yesNo(r.Grants), yesNo(r.Identities),
 			fmt.Sprintf("%.1fs", r.Elapsed.Seconds()), yesNo(r.Settled), strconv.FormatInt(r.Pauses, 10),
 			strconv.Itoa(r.Crashes), strconv.Itoa(r.SlowWindows)} {
 			extra[j].Values = append(extra[j].Values, v)
@@ -282,9 +296,10 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 	}
 	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
 		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s,\n"+
-		"RECONCILER_SETTLE_AFTER %s\n\n",
+		"RECONCILER_SETTLE_AFTER %s\n%s\n\n",
 		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, cfg.Chaos,
-		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter(), cfg.SettleAfter())
+		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter(), cfg.SettleAfter(),
+		identitiesLine(cfg))
 	if err := invariants.WriteTable(w, cols, extra...); err != nil {
 		return err
 	}
@@ -306,19 +321,28 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 		"reaches it. docs/lockdemo.md explains every row.")
 	writeAttack(w, attacks)
 	writeInsider(w, insiders) // insider.go
+	writeIdentity(w, ident)   // identity.go
 	writeFailover(w, runs)    // failover.go
 	switch {
 	case ok && cfg.Failover:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, across a failover of paydb and lockdb.")
 	case !failoverVerdict(cfg, runs):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — the run ended before the failover (see --max-duration).")
+	case ok && len(attacks) > 0 && ident != nil && ident.Identities:
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing and the books checked, every rogue attempt was\n"+
+			"refused with grants verified, every insider move was refused with the books checked, and every\n"+
+			"workload's attack on another was refused by the identities.")
 	case ok && len(attacks) > 0:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing and the books checked, every rogue attempt was\n"+
-			"refused with grants verified, and every insider move was refused with the books checked.")
+			"refused with grants verified, and every insider move was refused with the books checked\n"+
+			"(identities were OFF: the identity rows show what they stop, and do not decide the verdict).")
 	case ok:
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing and the books checked.")
 	case !attackVerdict(attacks):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — a rogue attempt was not refused with grants verified (see the attack above).")
+	case !identityVerdict(ident):
+		fmt.Fprintln(w, "\nVERDICT: FAIL — a workload's attack on another was not refused with identities on (see the\n"+
+			"identity section above).")
 	case !insiderVerdict(insiders):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — an insider move was not refused with the books checked, or invariant 8 broke\n"+
 			"there (see the insider section above).")
@@ -336,28 +360,26 @@ func yesNo(b bool) string {
 	return "NO"
 }
 
-// writeKeep prints the kept servers and a few requests to try.
-func writeKeep(w io.Writer, runs []*Result) {
+// identitiesLine is the report's word on workload identities.
+func identitiesLine(cfg Config) string {
+	if cfg.UnsafeNoAuth {
+		return "workload identities OFF (--unsafe-no-auth): every service plaintext with UNSAFE_NO_AUTH=true, any caller believed"
+	}
+	return "workload identities on: every call mutual TLS between named workloads, roles per route (docs/contracts/workload-identity.md)"
+}
+
+// writeKeep prints the kept servers and requests to try (keep.go).
+func writeKeep(ctx context.Context, w io.Writer, runs []*Result) error {
 	for _, r := range runs {
-		u := r.URLs
-		if u == nil {
+		if r.URLs == nil {
 			continue
 		}
-		fmt.Fprintf(w, "\nservers of the fencing-%s run, running until Ctrl-C:\n", onOff(r.Fencing))
-		for _, k := range []string{"lock-server", "payment-resource", "rail-proxy", "rail-stub", "reconciler", "paydb", "lockdb"} {
-			fmt.Fprintf(w, "  %-17s %s\n", k, u[k])
+		seed, err := seedKeep(ctx, r)
+		if err != nil {
+			return fmt.Errorf("--keep: %w", err)
 		}
-		fmt.Fprintf(w, "try:\n")
-		fmt.Fprintf(w, "  curl -s '%s/v1/payouts?status=AMBIGUOUS&limit=3'\n", u["payment-resource"])
-		fmt.Fprintf(w, "  curl -s '%s/v1/rail/submissions?payoutId=p-00001'\n", u["rail-proxy"])
-		fmt.Fprintf(w, "  curl -s '%s/rail/v1/calls?limit=3'\n", u["rail-stub"])
-		fmt.Fprintf(w, "  curl -s '%s/v1/locks/account:acct-01/grants?limit=3'\n", u["lock-server"])
-		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^(rail_submission_total|lock_fenced_out_total|rail_proxy_fencing_enabled|rail_proxy_books_check_enabled)'\n", u["rail-proxy"])
-		fmt.Fprintf(w, "  psql '%s' -c 'SELECT outcome, count(*) FROM rail_submission GROUP BY 1'\n", u["paydb"])
-		fmt.Fprintf(w, "  curl -s '%s/v1/rail/statement?limit=3'\n", u["rail-proxy"])
-		fmt.Fprintf(w, "  curl -s '%s/metrics' | grep -E '^reconciler_(settled|exception)_total'\n", u["reconciler"])
-		fmt.Fprintf(w, "  psql '%s' -c 'SELECT kind, payout_id, seq, detail FROM reconciliation_exception'\n", u["paydb"])
-		fmt.Fprintf(w, "  psql '%s' -c \"SELECT status, fence_token, owner_id, recorded_at FROM payout_history WHERE payout_id = 'p-00001' ORDER BY history_id\"\n", u["paydb"])
+		writeKeepRun(w, r, seed)
 	}
 	fmt.Fprintln(w, "\nCtrl-C stops them.")
+	return nil
 }

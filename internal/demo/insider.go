@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
-	"lock.dev/internal/payment"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/stack"
 	"lock.dev/internal/testkit"
@@ -168,12 +168,16 @@ type insiderSite struct {
 // insider's moves, an honest executor, the verdict.
 func runInsider(ctx context.Context, cfg Config, t insiderSite) (*InsiderResult, error) {
 	start := time.Now()
-	grants, err := stack.GrantEnv(t.keysDir)
-	if err != nil {
-		return nil, err
+	grants := map[string]map[string]string{}
+	if cfg.UnsafeNoAuth {
+		// Without identities the stack makes no grant keys; the demo's own.
+		var err error
+		if grants, err = stack.GrantEnv(t.keysDir); err != nil {
+			return nil, err
+		}
 	}
 	books := strconv.FormatBool(t.books)
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log,
+	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log, UnsafeNoAuth: cfg.UnsafeNoAuth,
 		Env: stack.MergeEnv(grants, map[string]map[string]string{
 			"rail-stub":        {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10), "RAIL_STUB_LATENCY_MS": strconv.Itoa(baseLatencyMs)},
 			"rail-proxy":       {"RAIL_PROXY_BOOKS_CHECK": books},
@@ -192,8 +196,8 @@ func runInsider(ctx context.Context, cfg Config, t insiderSite) (*InsiderResult,
 		"PAYMENT_SETTLE_TOKEN": "not-" + st.SettleToken}); err != nil {
 		return nil, fmt.Errorf("start the reconciler: %w", err)
 	}
-	a := &attack{st: st, pc: payment.NewClient(st.PaymentURL), cfg: cfg, log: t.log}
-	in := &insider{attack: a, lc: lockclient.New(st.LockServerURL)}
+	a := newAttack(st, cfg, t.log)
+	in := &insider{attack: a, lc: lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))}
 	res := &InsiderResult{BooksChecked: t.books}
 
 	// An honest executor presents settleVictim while the rail drops every reply:
@@ -340,7 +344,7 @@ func (in *insider) moves(ctx context.Context) ([]InsiderAttempt, error) {
 		defer in.release(ctx, l)
 		if claim {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := in.pc.ClaimWithGrant(cctx, body.PayoutID, l.Token(), l.Grant(), insiderOwner)
+			_, err := in.exec.ClaimWithGrant(cctx, body.PayoutID, l.Token(), l.Grant(), insiderOwner)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("the insider's claim of %s: %w", body.PayoutID, err)
@@ -370,10 +374,10 @@ func (in *insider) moves(ctx context.Context) ([]InsiderAttempt, error) {
 		defer in.release(ctx, l)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := in.pc.ClaimWithGrant(cctx, id, l.Token(), l.Grant(), insiderOwner); err != nil {
+		if _, err := in.exec.ClaimWithGrant(cctx, id, l.Token(), l.Grant(), insiderOwner); err != nil {
 			return fmt.Errorf("the insider's claim of %s: %w", id, err)
 		}
-		paid, err := in.pc.PostWithGrant(cctx, id, l.Token(), l.Grant(), insiderOwner, req)
+		paid, err := in.exec.PostWithGrant(cctx, id, l.Token(), l.Grant(), insiderOwner, req)
 		var p *lockapi.Problem
 		if errors.As(err, &p) {
 			err = nil
@@ -419,7 +423,9 @@ func (a *InsiderAttempt) record(status int, p *lockapi.Problem, err error, answe
 	}
 }
 
-// settle posts a settle with the stack's settle bearer, as the reconciler does.
+// settle posts a settle with the stack's settle bearer, as the reconciler does
+// and as the reconciler workload: with identities on only it may settle, so the
+// insider's settle is a compromised reconciler's.
 func (in *insider) settle(ctx context.Context, id string, req lockapi.SettleRequest) (int, *lockapi.Problem, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -433,7 +439,7 @@ func (in *insider) settle(ctx context.Context, id string, req lockapi.SettleRequ
 	}
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Authorization", "Bearer "+in.st.SettleToken)
-	resp, err := http.DefaultClient.Do(r)
+	resp, err := in.st.HTTPClient(identity.NameReconciler, identity.NamePaymentResource).Do(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -461,8 +467,12 @@ func (in *insider) settled(ctx context.Context, books bool) bool {
 	if final(victim1) {
 		return true
 	}
-	n, err := testkit.ReadMetric(ctx, in.execURL, `executor_payout_total{result="mismatch"}`)
-	return err == nil && n >= 1
+	fams, err := testkit.Scrape(ctx, in.st.HTTPClient(identity.NameOps, identity.NameExecutor), in.execURL+"/metrics")
+	if err != nil {
+		return false
+	}
+	n, ok, err := fams.Lookup(`executor_payout_total{result="mismatch"}`)
+	return err == nil && ok && n >= 1
 }
 
 // judge is the column's verdict (see InsiderResult.OK).
@@ -518,6 +528,7 @@ func (a *attack) honestExecutor() (executor.Config, error) {
 	urls := a.st.ServiceURLs()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = urls["LOCK_SERVER_URL"], urls["PAYMENT_RESOURCE_URL"], urls["RAIL_PROXY_URL"]
 	cfg.OwnerID = attackOwner
+	cfg.Identity = workload(a.st, identity.NameExecutor)
 	cfg.Workers = 1
 	cfg.LeaseTTL = a.cfg.LeaseTTL
 	cfg.PollInterval = 50 * time.Millisecond
@@ -546,9 +557,10 @@ func writeInsider(w io.Writer, cols []*InsiderResult) {
 	if len(cols) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\ninsider — a workload with genuine leases (real tokens and signed grants of the accounts, owner %q)\n"+
-		"and the settle bearer makes moves the books never made: fencing and grant verification cannot stop\n"+
-		"it. Each column is a system of its own, fencing on, grants verified; they differ only in whether\n"+
+	fmt.Fprintf(w, "\ninsider — a workload with genuine leases (real tokens and signed grants of the accounts, owner %q;\n"+
+		"with identities on, the executor's certificate) and the settle bearer (the reconciler's certificate)\n"+
+		"makes moves the books never made: fencing, grant verification and identities cannot stop it.\n"+
+		"Each column is a system of its own, fencing on, grants verified; they differ only in whether\n"+
 		"rail-proxy and payment-resource check every move against the books (docs/contracts/books.md).\n"+
 		"ALICE is the victims' booked beneficiary (%s), MALLORY the insider's (%s):\n\n",
 		insiderOwner, aliceBenef, malloryBenef)

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
 	"lock.dev/lockapi"
+	"lock.dev/lockclient"
 )
 
 // Result is one finished run of the scenario.
@@ -26,14 +28,17 @@ type Result struct {
 	// the books (RAIL_PROXY_BOOKS_CHECK, PAYMENT_BOOKS_CHECK;
 	// docs/contracts/books.md). On in the fenced run, as users run the system;
 	// off in the fencing-off run, which shows what the fence alone prevents.
-	BooksChecked bool          `json:"booksChecked"`
-	Grants       bool          `json:"grantsVerified"` // lock-server signs, both fence points verify
-	Elapsed      time.Duration `json:"-"`
-	ElapsedMs    int64         `json:"elapsedMs"`
-	Settled      bool          `json:"settled"` // every payout reached a final state within --max-duration
-	Pauses       int64         `json:"executorPauses"`
-	Crashes      int           `json:"proxyCrashes"`
-	SlowWindows  int           `json:"slowRailWindows"`
+	BooksChecked bool `json:"booksChecked"`
+	Grants       bool `json:"grantsVerified"` // lock-server signs, both fence points verify
+	// Identities: every call was mutual TLS between named workloads, with roles
+	// per route (docs/contracts/workload-identity.md); false with --unsafe-no-auth.
+	Identities  bool          `json:"identities"`
+	Elapsed     time.Duration `json:"-"`
+	ElapsedMs   int64         `json:"elapsedMs"`
+	Settled     bool          `json:"settled"` // every payout reached a final state within --max-duration
+	Pauses      int64         `json:"executorPauses"`
+	Crashes     int           `json:"proxyCrashes"`
+	SlowWindows int           `json:"slowRailWindows"`
 	// ReconcilerWaitMs is how long the run waited, after the executors stopped,
 	// for the reconciler's final pass (the settle window, then one pass).
 	ReconcilerWaitMs int64 `json:"reconcilerWaitMs"`
@@ -42,13 +47,20 @@ type Result struct {
 	Report   invariants.Report `json:"report"`
 	URLs     map[string]string `json:"urls,omitempty"` // with --keep
 
-	stack *stack.Stack
+	stack     *stack.Stack
+	keepLease *lockclient.Lease // --keep's lease (keep.go)
 }
 
 // Close stops the run's servers (kept with --keep).
 func (r *Result) Close() error {
 	if r.stack == nil {
 		return nil
+	}
+	if r.keepLease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = r.keepLease.Release(ctx) // else it ends with the servers
+		cancel()
+		r.keepLease = nil
 	}
 	err := r.stack.Close()
 	r.stack = nil
@@ -94,7 +106,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
-	run := &Result{Fencing: fencing, BooksChecked: s.books(), Grants: cfg.Grants, stack: s.st}
+	run := &Result{Fencing: fencing, BooksChecked: s.books(), Grants: cfg.Grants, Identities: s.st.Secure(), stack: s.st}
 	keep := false
 	defer func() {
 		if !keep {
@@ -175,6 +187,9 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 			"paydb":            s.st.PaydbURL,
 			"lockdb":           s.st.LockdbURL,
 		}
+		if s.st.Secure() {
+			run.URLs["certs"] = s.st.CertsDir
+		}
 	}
 	return run, nil
 }
@@ -193,9 +208,11 @@ func (s *scenario) start(ctx context.Context) error {
 	c := s.cfg
 	drop, decline := s.rates()
 	var grants map[string]map[string]string
-	if c.Grants {
+	if c.Grants && c.UnsafeNoAuth {
 		// Keys made with lock-server keygen's code: lock-server signs, rail-proxy
 		// and payment-resource verify, the executors present their leases' grants.
+		// With identities on the stack makes them itself: grants are then always
+		// on (docs/contracts/workload-identity.md).
 		var err error
 		if grants, err = stack.GrantEnv(s.t.keysDir); err != nil {
 			return fmt.Errorf("make the grant keys: %w", err)
@@ -203,7 +220,7 @@ func (s *scenario) start(ctx context.Context) error {
 	}
 	opts := replicatedOptions(s.t) // failover.go
 	opts.PaydbURL, opts.LockdbURL = s.t.paydbURL, s.t.lockdbURL
-	opts.ProxyAsChild, opts.Log = true, s.t.log
+	opts.ProxyAsChild, opts.Log, opts.UnsafeNoAuth = true, s.t.log, c.UnsafeNoAuth
 	opts.Env = stack.MergeEnv(grants, map[string]map[string]string{
 		"rail-proxy": {
 			"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
@@ -255,7 +272,8 @@ func (s *scenario) start(ctx context.Context) error {
 // beneficiaries drawn from the seed, spread over the accounts at random.
 func (s *scenario) seed(ctx context.Context) error {
 	rng := rand.New(rand.NewPCG(uint64(s.cfg.Seed), 1))
-	pc := payment.NewClient(s.st.PaymentURL)
+	// Payouts are created as the ops workload (a creator).
+	pc := payment.NewTLSClient(s.st.PaymentURL, s.st.ClientTLS(identity.NameOps, identity.NamePaymentResource))
 	for i := 1; i <= s.cfg.Payouts; i++ {
 		req := lockapi.SubmissionRequest{
 			PayoutID:    fmt.Sprintf("p-%05d", i),
@@ -285,6 +303,7 @@ func (s *scenario) executorConfig(i int) (executor.Config, error) {
 	urls := s.st.ServiceURLs()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = urls["LOCK_SERVER_URL"], urls["PAYMENT_RESOURCE_URL"], urls["RAIL_PROXY_URL"]
 	cfg.OwnerID = fmt.Sprintf("executor-%d", i+1)
+	cfg.Identity = workload(s.st, identity.NameExecutor)
 	cfg.Workers = s.cfg.Workers
 	cfg.LeaseTTL = s.cfg.LeaseTTL
 	cfg.ProxyTimeout = s.cfg.ProxyTimeout()
@@ -357,4 +376,14 @@ func (s *scenario) watch(ctx context.Context, start time.Time) (bool, error) {
 // newCalls reads the calls the rail booked after seq.
 func (s *scenario) newCalls(ctx context.Context, after int64) ([]railstub.Call, error) {
 	return s.st.Stub.CallsPage(ctx, after, railstub.MaxPageLimit)
+}
+
+// workload is the identity settings of the workload name on st: its SVID's files
+// in the stack's certificate set, or UNSAFE_NO_AUTH when the stack runs without
+// identities (--unsafe-no-auth).
+func workload(st *stack.Stack, name string) identity.Settings {
+	if !st.Secure() {
+		return identity.Settings{UnsafeNoAuth: true}
+	}
+	return identity.Files(st.CertsDir, name)
 }

@@ -45,8 +45,8 @@ func runShort(t *testing.T, fencing bool) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Grants {
-		t.Error("the run does not sign and verify grants")
+	if !r.Grants || !r.Identities {
+		t.Errorf("the run does not sign and verify grants (%t) or run with identities (%t)", r.Grants, r.Identities)
 	}
 	if r.Crashes != 1 || r.Pauses == 0 {
 		t.Errorf("the chaos did not happen: %d crashes, %d pauses", r.Crashes, r.Pauses)

@@ -71,6 +71,10 @@ type Options struct {
 	// For tests about something else than identity
 	// (docs/contracts/workload-identity.md).
 	UnsafeNoAuth bool
+	// Workloads are further workload names the certificate set holds SVIDs for,
+	// besides identity.DefaultNames (e.g. a second executor identity, for tests
+	// that name two holders in the role settings).
+	Workloads []string
 	// Env adds or overrides settings (the variable names of
 	// docs/contracts/configuration.md) per service: "rail-proxy", "rail-stub",
 	// "lock-server", "payment-resource", "reconciler". Without UnsafeNoAuth every
@@ -499,7 +503,8 @@ func (s *Stack) identities() error {
 	}
 	s.tmp = tmp
 	s.CertsDir, s.GrantsDir = filepath.Join(tmp, "certs"), filepath.Join(tmp, "grants")
-	if err := identity.WriteCerts(identity.CertsOptions{Dir: s.CertsDir}); err != nil {
+	names := append(identity.DefaultNames(), s.opts.Workloads...)
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: s.CertsDir, Names: names}); err != nil {
 		return fmt.Errorf("stack: certificates: %w", err)
 	}
 	if err := os.Mkdir(s.GrantsDir, 0o700); err != nil {

@@ -38,7 +38,7 @@ import (
 // expecting lock-server's ID gets it: the stack holds every workload's files),
 // verifies the caller's certificate against the bundle, and calls the service as
 // that caller: over mutual TLS with the client certificate of the caller's
-// verified SPIFFE ID (the stack's certificate set has one per default name),
+// verified SPIFFE ID (the stack's certificate set has one per workload name),
 // expecting the service's ID. The service thus sees the very workload the client
 // is — its roles, its lease ownership and the grant's wid are judged as without
 // the tap. A caller whose ID is not one of the stack's workloads is dropped (the
@@ -244,7 +244,7 @@ func (a asCaller) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // workloadOf is the name of the stack's workload whose default SPIFFE ID is id.
 func (s *Stack) workloadOf(id spiffeid.ID) (string, bool) {
-	for _, n := range identity.DefaultNames() {
+	for _, n := range append(identity.DefaultNames(), s.opts.Workloads...) {
 		if id.String() == identity.DefaultID(n) {
 			return n, true
 		}
