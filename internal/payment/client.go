@@ -19,6 +19,10 @@ import (
 // DefaultClientTimeout bounds each Client call when Client.Timeout is zero.
 const DefaultClientTimeout = 10 * time.Second
 
+// maxIdleConnsPerHost is how many idle connections a client keeps to its
+// payment-resource (NewTLSClient).
+const maxIdleConnsPerHost = 32
+
 // maxAnswerBytes bounds an answer's body: a full list of 1000 payouts is far below it.
 const maxAnswerBytes = 8 << 20
 
@@ -63,6 +67,13 @@ func NewTLSClient(baseURL string, cfg *tls.Config) *Client {
 	}
 	tr.Proxy = nil
 	tr.TLSClientConfig = cfg
+	// Over mutual TLS a new connection costs a handshake (certificate
+	// verification both ways), so connections are kept: net/http keeps only 2
+	// idle per host by default, and an executor's workers (EXECUTOR_WORKERS,
+	// each with a call in flight) would then open and drop connections at every
+	// burst. 32 covers the executor's and reconciler's usual concurrency; more
+	// in flight still works, the extra connections are just not kept.
+	tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
 

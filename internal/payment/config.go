@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
@@ -48,8 +50,18 @@ type Config struct {
 	SettleToken        string // PAYMENT_SETTLE_TOKEN; empty disables the settle endpoint
 	// GrantKeysFile is PAYMENT_GRANT_KEYS_FILE: the JWK Set every claim's and
 	// post's X-Fencing-Grant is verified with (docs/contracts/signed-grants.md).
-	// Empty: grants are not verified.
+	// Required unless UNSAFE_NO_AUTH; empty then: grants are not verified.
 	GrantKeysFile string
+	// GrantWidRequired is GRANT_WID_REQUIRED: with mutual TLS, a grant without
+	// wid is refused (workload_mismatch); false accepts it, logged, during a
+	// rolling upgrade (docs/contracts/workload-identity.md).
+	GrantWidRequired bool
+	// The roles (docs/contracts/workload-identity.md): comma-separated SPIFFE IDs
+	// allowed each route; enforced only when the service serves mutual TLS.
+	Creators string // PAYMENT_CREATORS: createPayout
+	Workers  string // PAYMENT_WORKERS: claimPayout, postPayout
+	Settlers string // PAYMENT_SETTLERS: settlePayout (the bearer stays required too)
+	Readers  string // PAYMENT_READERS: listPayouts, getPayout
 	// BooksCheck is PAYMENT_BOOKS_CHECK: a post must agree with the payout's
 	// forwardable rail_submission row, a settle with the statement copy
 	// (docs/contracts/books.md). false: posts and settles are judged by the
@@ -78,7 +90,42 @@ func DefaultConfig() Config {
 		PaydbMaxConns: DefaultMaxConns,
 		BooksCheck:    true,
 		SettleAfter:   DefaultSettleAfter,
+
+		GrantWidRequired: true,
+		// The roles' defaults: the default workload names in the default trust
+		// domain (docs/contracts/workload-identity.md).
+		Creators: identity.DefaultIDs(identity.NamePayoutCreator, identity.NameOps),
+		Workers:  identity.DefaultIDs(identity.NameExecutor),
+		Settlers: identity.DefaultIDs(identity.NameReconciler),
+		Readers:  identity.DefaultIDs(identity.NameExecutor, identity.NameReconciler, identity.NameOps),
 	}
+}
+
+// roles are the parsed role settings.
+type roles struct {
+	creators, workers, settlers, readers []spiffeid.ID
+}
+
+// roles parses the four role settings; an error names the setting (exit 2).
+func (c Config) roles() (roles, error) {
+	var r roles
+	for _, s := range []struct {
+		env string
+		raw string
+		ids *[]spiffeid.ID
+	}{
+		{"PAYMENT_CREATORS", c.Creators, &r.creators},
+		{"PAYMENT_WORKERS", c.Workers, &r.workers},
+		{"PAYMENT_SETTLERS", c.Settlers, &r.settlers},
+		{"PAYMENT_READERS", c.Readers, &r.readers},
+	} {
+		ids, err := identity.ParseRole(s.env, s.raw)
+		if err != nil {
+			return r, err
+		}
+		*s.ids = ids
+	}
+	return r, nil
 }
 
 // Validate checks every setting; an error names the variable.
@@ -95,6 +142,9 @@ func (c Config) Validate() error {
 		if err := service.CheckSettleToken(c.SettleToken); err != nil {
 			return err
 		}
+	}
+	if _, err := c.roles(); err != nil {
+		return err
 	}
 	if c.SettleAfter <= 0 {
 		return serve.Invalid("PAYMENT_SETTLE_AFTER", "must be positive, got %s", c.SettleAfter)
@@ -115,7 +165,9 @@ const startupCheckTimeout = 10 * time.Second
 func (c Config) spec() service.Spec {
 	return service.Spec{Name: ServiceName, LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		DB: &service.Database{Tree: paydb.Tree(), URL: c.PaydbURL, MaxConns: c.PaydbMaxConns, ConnsBound: maxMaxConns,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout},
+		AuthMaterial: []service.Material{{Env: "PAYMENT_GRANT_KEYS_FILE", Value: c.GrantKeysFile,
+			What: "the JWK Set of lock-server's public keys every claim's and post's grant is verified with"}}}
 }
 
 func (c Config) dbTimeout() time.Duration {
@@ -136,6 +188,7 @@ func ParseConfig(args []string, getenv func(string) string) (string, Config, err
 // ParseConfigTo is ParseConfig writing the usage for --help to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
 	cfg := DefaultConfig()
+	def := DefaultConfig()
 	c := service.Command{Name: ServiceName, Synopsis: synopsis, Commands: []string{"serve", "migrate"}}
 	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "PAYMENT_RESOURCE_ADDR", DefaultAddr, "listen address")
@@ -150,7 +203,17 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", "",
 			"bearer token the reconciler presents to settle AMBIGUOUS payouts (at least 16 characters); empty disables the settle endpoint (404). Prefer the variable: a flag shows in the process list")
 		s.String(&cfg.GrantKeysFile, "PAYMENT_GRANT_KEYS_FILE", "",
-			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (docs/contracts/signed-grants.md); empty: tokens are not verified")
+			"JWK Set of lock-server's public keys: every claim and post must carry a grant signed by one of them (docs/contracts/signed-grants.md); required unless UNSAFE_NO_AUTH")
+		s.Bool(&cfg.GrantWidRequired, "GRANT_WID_REQUIRED", true,
+			"with mutual TLS, refuse a grant without wid (workload_mismatch); false accepts it, logged grant_without_wid, only while lock-server is upgraded (docs/contracts/workload-identity.md)")
+		s.String(&cfg.Creators, "PAYMENT_CREATORS", def.Creators,
+			"SPIFFE IDs, comma-separated, that may create payouts (docs/contracts/workload-identity.md)")
+		s.String(&cfg.Workers, "PAYMENT_WORKERS", def.Workers,
+			"SPIFFE IDs, comma-separated, that may claim and post payouts")
+		s.String(&cfg.Settlers, "PAYMENT_SETTLERS", def.Settlers,
+			"SPIFFE IDs, comma-separated, that may settle payouts (the bearer PAYMENT_SETTLE_TOKEN is required too)")
+		s.String(&cfg.Readers, "PAYMENT_READERS", def.Readers,
+			"SPIFFE IDs, comma-separated, that may read payouts")
 		s.Bool(&cfg.BooksCheck, "PAYMENT_BOOKS_CHECK", true,
 			"post only the outcome the audit trail recorded and settle only as the statement copy says (docs/contracts/books.md); false only when the callers' books live in another database (logged at WARN)")
 		s.Duration(&cfg.SettleAfter, "PAYMENT_SETTLE_AFTER", DefaultSettleAfter,

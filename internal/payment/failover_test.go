@@ -137,6 +137,7 @@ func TestRefusesPaydbWithFsyncOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
+	cfg.Identity.UnsafeNoAuth = true // about paydb's durability, not identity (docs/contracts/workload-identity.md)
 	err = payment.Run(context.Background(), cfg)
 	if !errors.Is(err, dbconn.ErrNonDurable) || !strings.Contains(err.Error(), "UNSAFE_NON_DURABLE_DB") {
 		t.Fatalf("Run on a paydb with fsync off: %v; want a refusal naming UNSAFE_NON_DURABLE_DB", err)

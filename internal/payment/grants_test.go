@@ -190,6 +190,7 @@ func TestBadPaymentGrantKeysFile(t *testing.T) {
 	cfg := payment.DefaultConfig()
 	cfg.GrantKeysFile = filepath.Join(t.TempDir(), "absent.json")
 	cfg.LogOutput = &syncBuffer{}
+	cfg.Identity.UnsafeNoAuth = true // about the key set file, not identity (docs/contracts/workload-identity.md)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := payment.Run(ctx, cfg)

@@ -23,6 +23,9 @@ type handlers struct {
 
 	settleToken string      // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
 	grants      *grant.Gate // claims and posts must prove their token, when it verifies
+	// caller is the verified workload of a request (identity.Guard.Caller), ""
+	// without identities: recorded as the actor of each move it makes.
+	caller func(*http.Request) string
 }
 
 // dbContext bounds a request's paydb work, the wait for a connection included.
@@ -46,7 +49,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
-	p, created, err := h.store.Create(ctx, req)
+	p, created, err := h.store.Create(ctx, req, h.caller(r))
 	var conflict *ConflictError
 	switch {
 	case errors.As(err, &conflict):
@@ -114,7 +117,7 @@ func (h *handlers) claim(w http.ResponseWriter, r *http.Request) {
 	if !h.checkGrant(ctx, w, r, id, f) {
 		return
 	}
-	p, err := h.store.Claim(ctx, id, f.Token, f.OwnerID)
+	p, err := h.store.Claim(ctx, id, f.Token, f.OwnerID, h.caller(r))
 	if err != nil {
 		h.refuse(w, r, "claim", id, f, err)
 		return
@@ -145,7 +148,7 @@ func (h *handlers) post(w http.ResponseWriter, r *http.Request) {
 	if !h.checkGrant(ctx, w, r, id, f) {
 		return
 	}
-	p, err := h.store.Post(ctx, id, f.Token, f.OwnerID, u)
+	p, err := h.store.Post(ctx, id, f.Token, f.OwnerID, h.caller(r), u)
 	if err != nil {
 		h.refuse(w, r, "post", id, f, err)
 		return

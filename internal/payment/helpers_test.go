@@ -4,20 +4,25 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"lock.dev/internal/logcapture"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"lock.dev/internal/identity"
+	"lock.dev/internal/logcapture"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/testkit"
@@ -62,6 +67,12 @@ type env struct {
 	db     *pgxpool.Pool
 	dbURL  string
 	logs   *syncBuffer
+	// hc sends raw requests and probes readiness: http.DefaultClient, or with
+	// identities ops's mutual-TLS client (a reader, as any workload needs a
+	// certificate from the bundle for /readyz and /metrics).
+	hc *http.Client
+	// certs is the directory of the workloads' SVIDs with identities, else "".
+	certs string
 }
 
 // start runs payment-resource on a fresh migrated paydb, on a port-0 listener,
@@ -83,12 +94,6 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, bench := t.(*testing.B); !bench {
-		// The exchanges with this server are checked against the OpenAPI
-		// document, and its findings fail t. Registered before the cleanup that
-		// stops the server, so it runs after it.
-		conformance.Track(t, "http://"+ln.Addr().String())
-	}
 	logs := &syncBuffer{}
 	cfg := payment.DefaultConfig()
 	cfg.PaydbURL = dbURL
@@ -96,8 +101,21 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 	cfg.Listener = ln
 	cfg.LogOutput = logs
 	cfg.LogLevel = "debug"
+	// The tests are about payouts, not identity (docs/contracts/workload-identity.md):
+	// plaintext, every caller believed. withIdentities serves mutual TLS instead.
+	cfg.Identity = identity.Settings{UnsafeNoAuth: true}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	scheme := "http://"
+	if cfg.Identity.Enabled() {
+		scheme = "https://"
+	}
+	if _, bench := t.(*testing.B); !bench {
+		// The exchanges with this server are checked against the OpenAPI
+		// document, and its findings fail t. Registered before the cleanup that
+		// stops the server, so it runs after it.
+		conformance.Track(t, scheme+ln.Addr().String())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -113,9 +131,15 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 			t.Errorf("Run did not return after cancel")
 		}
 	})
-	e := &env{base: "http://" + ln.Addr().String(), dbURL: dbURL, logs: logs}
-	e.client = payment.NewClient(e.base)
-	e.client.HTTP.Transport = conformance.TrackedRoundTripper(e.client.HTTP.Transport)
+	e := &env{base: scheme + ln.Addr().String(), dbURL: dbURL, logs: logs, hc: http.DefaultClient}
+	if cfg.Identity.Enabled() {
+		e.certs = filepath.Dir(cfg.Identity.CAFile)
+		e.hc = e.httpAs(t, identity.NameOps)
+		e.client = e.as(t, identity.NameExecutor)
+	} else {
+		e.client = payment.NewClient(e.base)
+		e.client.HTTP.Transport = conformance.TrackedRoundTripper(e.client.HTTP.Transport)
+	}
 	e.db = pgtest.Pool(t, dbURL)
 	testkit.EventuallyState(t, 15*time.Second, "payment-resource to be ready", func() (bool, string) {
 		select {
@@ -134,7 +158,7 @@ func (e *env) readyz(t testing.TB) (int, map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.hc.Do(req)
 	if err != nil {
 		return 0, nil
 	}
@@ -157,6 +181,11 @@ func (e *env) raw(t testing.TB, method, path string, header map[string][]string,
 // tryRaw is raw for goroutines other than the test's: it reports a failure to
 // send instead of ending the test (t.Fatal belongs to the test's goroutine).
 func (e *env) tryRaw(method, path string, header map[string][]string, body string) (int, []byte, error) {
+	return e.tryRawWith(e.hc, method, path, header, body)
+}
+
+// tryRawWith is tryRaw sending with hc (a workload's client: httpAs).
+func (e *env) tryRawWith(hc *http.Client, method, path string, header map[string][]string, body string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -170,13 +199,61 @@ func (e *env) tryRaw(method, path string, header map[string][]string, body strin
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, nil
+}
+
+// writeCerts writes SVIDs of the default workloads and of extra names, with
+// their CA, into a directory of the test's, and returns it.
+func writeCerts(t testing.TB, extra ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "certs")
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: dir, Names: append(identity.DefaultNames(), extra...)}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// withIdentities serves mutual TLS with payment-resource's SVID from certs
+// (writeCerts) and verifies grants with keysFile: the set-up of a test about
+// identity. The env's client is then the executor's.
+func withIdentities(certs, keysFile string) func(*payment.Config) {
+	return func(c *payment.Config) {
+		c.Identity = identity.Files(certs, identity.NamePaymentResource)
+		c.GrantKeysFile = keysFile
+	}
+}
+
+// tlsAs is the client TLS configuration of workload name (its SVID in e.certs)
+// expecting payment-resource's SVID.
+func (e *env) tlsAs(t testing.TB, name string) *tls.Config {
+	t.Helper()
+	src, err := identity.Load(identity.Files(e.certs, name), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.ClientConfig(spiffeid.RequireFromSegments(src.TrustDomain(), identity.NamePaymentResource))
+}
+
+// as is a payment client calling as workload name over mutual TLS, its
+// exchanges checked against the document.
+func (e *env) as(t testing.TB, name string) *payment.Client {
+	t.Helper()
+	c := payment.NewTLSClient(e.base, e.tlsAs(t, name))
+	c.HTTP.Transport = conformance.TrackedRoundTripper(c.HTTP.Transport)
+	t.Cleanup(c.HTTP.CloseIdleConnections)
+	return c
+}
+
+// httpAs is a plain HTTP client calling as workload name, for raw requests.
+func (e *env) httpAs(t testing.TB, name string) *http.Client {
+	t.Helper()
+	return e.as(t, name).HTTP
 }
 
 func (e *env) create(t testing.TB, id, account string, amount int64) lockapi.Payout {

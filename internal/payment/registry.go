@@ -3,11 +3,13 @@ package payment
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/service"
 )
 
 // MetricsRegistry is payment-resource's registry as Run builds it, every family
 // zero-initialised, without starting anything (service.Registry).
 func MetricsRegistry() *prometheus.Registry {
-	return service.Registry(func(reg prometheus.Registerer) { _, _ = newMetrics(reg, true) }, service.DatabaseFamilies, service.GrantFamilies)
+	return service.Registry(func(reg prometheus.Registerer) { _, _ = newMetrics(reg, true) }, service.DatabaseFamilies, service.GrantFamilies,
+		identity.AuthFamilies, identity.ExpiryFamilies, identity.AuthzFamilies(routes()...))
 }

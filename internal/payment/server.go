@@ -12,20 +12,40 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/api"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 )
 
-// newServer lists the whole API.
-func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http.Handler {
+// The guarded routes: the operationIds of api/payment-resource.json, the
+// values of authz_denied_total's route label.
+const (
+	routeCreate = "createPayout"
+	routeList   = "listPayouts"
+	routeGet    = "getPayout"
+	routeClaim  = "claimPayout"
+	routePost   = "postPayout"
+	routeSettle = "settlePayout"
+)
+
+// routes are every guarded route.
+func routes() []string {
+	return []string{routeCreate, routeList, routeGet, routeClaim, routePost, routeSettle}
+}
+
+// newServer lists the whole API. Each payout route lets only its role's
+// workloads through (docs/contracts/workload-identity.md): the role is checked
+// before anything of the request is looked at, so a caller without it learns
+// nothing and writes nothing. Health, metrics and the document need no role.
+func newServer(h *handlers, g *identity.Guard, rs roles, health *serve.Health, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payouts", h.create)
-	mux.HandleFunc("GET /v1/payouts", h.list)
-	mux.HandleFunc("GET /v1/payouts/{id}", h.get)
-	mux.HandleFunc("POST /v1/payouts/{id}/claim", h.claim)
-	mux.HandleFunc("POST /v1/payouts/{id}/post", h.post)
+	mux.HandleFunc("POST /v1/payouts", g.Allow(routeCreate, rs.creators, h.create))
+	mux.HandleFunc("GET /v1/payouts", g.Allow(routeList, rs.readers, h.list))
+	mux.HandleFunc("GET /v1/payouts/{id}", g.Allow(routeGet, rs.readers, h.get))
+	mux.HandleFunc("POST /v1/payouts/{id}/claim", g.Allow(routeClaim, rs.workers, h.claim))
+	mux.HandleFunc("POST /v1/payouts/{id}/post", g.Allow(routePost, rs.workers, h.post))
 	if h.settleToken != "" { // docs/contracts/reconciliation.md: no token, no settle endpoint (404)
-		mux.HandleFunc("POST /v1/payouts/{id}/settle", h.settle)
+		mux.HandleFunc("POST /v1/payouts/{id}/settle", g.Allow(routeSettle, rs.settlers, h.settle))
 	}
 	mux.Handle("GET /openapi.json", api.Handler(api.PaymentResource))
 	serve.Mount(mux, health, reg)
@@ -36,6 +56,10 @@ func newServer(h *handlers, health *serve.Health, reg *prometheus.Registry) http
 // nil. It refuses to start when paydb's schema is behind, or cannot be read.
 func Run(ctx context.Context, cfg Config) error {
 	return service.Run(cfg.spec(), func(sv *service.Service) error {
+		rs, err := cfg.roles()
+		if err != nil {
+			return err
+		}
 		keys, err := service.ReadGrantKeys("PAYMENT_GRANT_KEYS_FILE", cfg.GrantKeysFile)
 		if err != nil {
 			return err
@@ -52,15 +76,20 @@ func Run(ctx context.Context, cfg Config) error {
 			sv.Logger.Warn("BOOKS ARE NOT CHECKED: posts are not compared with the audit trail nor settles with the statement copy; only for callers whose books live in another database",
 				"event", "books_not_checked", "setting", "PAYMENT_BOOKS_CHECK")
 		}
-		gate, err := sv.GrantGate(ctx, keys, true)
+		gate, err := sv.GrantGate(ctx, keys, cfg.GrantWidRequired)
 		if err != nil {
 			return err
 		}
 		st := &store{pool: pool, books: cfg.BooksCheck, settleAfter: cfg.SettleAfter}
-		h := &handlers{store: st, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken, grants: gate}
-		return sv.Serve(ctx, newServer(h, sv.Health, sv.Registry), serve.Serve, func(string) {
+		g := sv.Guard(routes()...)
+		h := &handlers{store: st, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken,
+			grants: gate, caller: g.Caller}
+		return sv.Serve(ctx, newServer(h, g, rs, sv.Health, sv.Registry), serve.Serve, func(string) {
 			sv.Logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
-				"settleEndpoint", cfg.SettleToken != "", "booksCheck", cfg.BooksCheck, "settleAfter", cfg.SettleAfter.String())
+				"settleEndpoint", cfg.SettleToken != "", "booksCheck", cfg.BooksCheck, "settleAfter", cfg.SettleAfter.String(),
+				"creators", identity.IDsString(rs.creators), "workers", identity.IDsString(rs.workers),
+				"settlers", identity.IDsString(rs.settlers), "readers", identity.IDsString(rs.readers),
+				"grantWidRequired", cfg.GrantWidRequired)
 		})
 	})
 }

@@ -44,7 +44,7 @@ func (h *handlers) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
-	p, moved, err := h.store.Settle(ctx, id, u)
+	p, moved, err := h.store.Settle(ctx, id, u, h.caller(r))
 	var final *FinalError
 	var owned *SettleStatusError
 	var contradicts *SettleContradictsError

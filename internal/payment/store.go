@@ -82,18 +82,21 @@ func scanPayout(row pgx.Row) (lockapi.Payout, error) {
 }
 
 // A move with its history: historyBegin + move + historyOwner + owner +
-// historyEnd makes move, a write of one payout row RETURNING payoutColumns,
-// record the payout as it left it in payout_history, in the same statement (so
-// in the same transaction, at no extra round trip): one row per move, never one
-// for a write that matched nothing. owner is the expression the row's owner_id
-// takes. actor stays NULL: the callers are not identified yet
+// historyActor + actor + historyEnd makes move, a write of one payout row
+// RETURNING payoutColumns, record the payout as it left it in payout_history, in
+// the same statement (so in the same transaction, at no extra round trip): one
+// row per move, never one for a write that matched nothing. owner is the
+// expression the row's owner_id takes; actor is the parameter holding the
+// caller's verified SPIFFE ID (docs/contracts/workload-identity.md), "" when
+// the service runs without identities, recorded as NULL: nobody was verified
 // (docs/contracts/books.md, "The claim history").
 const (
 	historyBegin = `WITH moved AS (`
 	historyOwner = `), history AS (
-INSERT INTO payout_history (payout_id, status, fence_token, owner_id, rail_reference, decline_reason)
+INSERT INTO payout_history (payout_id, status, fence_token, owner_id, actor, rail_reference, decline_reason)
 SELECT payout_id, status, fence_token, `
-	historyEnd = `, rail_reference, decline_reason FROM moved)
+	historyActor = `, NULLIF(`
+	historyEnd   = `::text, ''), rail_reference, decline_reason FROM moved)
 SELECT ` + payoutColumns + ` FROM moved`
 )
 
@@ -103,19 +106,20 @@ const insertPayoutSQL = historyBegin + `
 INSERT INTO payout (payout_id, account_id, amount_minor, currency, beneficiary)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (payout_id) DO NOTHING
-RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyEnd
+RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyActor + "$6" + historyEnd
 
 // Create inserts a PENDING payout. created is false when the payoutId already
 // existed: with identical fields that is the same create again (no error), with
-// other fields a *ConflictError.
-func (s *store) Create(ctx context.Context, req lockapi.SubmissionRequest) (p lockapi.Payout, created bool, err error) {
+// other fields a *ConflictError. actor is the caller's verified workload, for
+// the history.
+func (s *store) Create(ctx context.Context, req lockapi.SubmissionRequest, actor string) (p lockapi.Payout, created bool, err error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return lockapi.Payout{}, false, fmt.Errorf("create payout: %w", err)
 	}
 	defer rollback(ctx, tx)
 	p, err = scanPayout(tx.QueryRow(ctx, insertPayoutSQL,
-		req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, req.Beneficiary))
+		req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, req.Beneficiary, actor))
 	created = err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return lockapi.Payout{}, false, classify("create payout", err)
@@ -245,13 +249,13 @@ const attempts = 3
 
 // Claim takes the payout for token and owner at fence point (a). Refusals, in
 // the contract's precedence: ErrNotFound, *FinalError, *FencedError.
-func (s *store) Claim(ctx context.Context, id string, token int64, owner string) (lockapi.Payout, error) {
+func (s *store) Claim(ctx context.Context, id string, token int64, owner, actor string) (lockapi.Payout, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return lockapi.Payout{}, fmt.Errorf("claim payout: %w", err)
 	}
 	defer rollback(ctx, tx)
-	p, err := claimInTx(ctx, tx, id, token, owner)
+	p, err := claimInTx(ctx, tx, id, token, owner, actor)
 	if err != nil {
 		return lockapi.Payout{}, err
 	}
@@ -261,17 +265,17 @@ func (s *store) Claim(ctx context.Context, id string, token int64, owner string)
 	return p, nil
 }
 
-// claimWithHistorySQL is claimSQL recording the claim, its token and owner, in
-// payout_history.
-const claimWithHistorySQL = historyBegin + claimSQL + historyOwner + "claimed_by" + historyEnd
+// claimWithHistorySQL is claimSQL recording the claim, its token, owner and
+// actor, in payout_history.
+const claimWithHistorySQL = historyBegin + claimSQL + historyOwner + "claimed_by" + historyActor + "$4" + historyEnd
 
-func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string) (lockapi.Payout, error) {
+func claimInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner, actor string) (lockapi.Payout, error) {
 	// fence_token only grows and final states never move, so a row the UPDATE
 	// refused can look claimable only if it did not exist yet when the UPDATE's
 	// snapshot was taken: updateOrExplain then runs the UPDATE again.
 	return updateOrExplain(ctx, tx, "claim payout", id,
 		func() (lockapi.Payout, error) {
-			return scanPayout(tx.QueryRow(ctx, claimWithHistorySQL, id, token, owner))
+			return scanPayout(tx.QueryRow(ctx, claimWithHistorySQL, id, token, owner, actor))
 		},
 		func(st payoutState) error {
 			if st.fence >= token {
@@ -330,9 +334,9 @@ const postSQL = `UPDATE payout SET status=$4, rail_reference=$5, decline_reason=
  WHERE payout_id=$1 AND status='CLAIMED' AND fence_token=$2 AND claimed_by=$3
 RETURNING ` + payoutColumns
 
-// postWithHistorySQL is postSQL recording the post, with the poster's token and
-// owner, in payout_history.
-const postWithHistorySQL = historyBegin + postSQL + historyOwner + "claimed_by" + historyEnd
+// postWithHistorySQL is postSQL recording the post, with the poster's token,
+// owner and actor, in payout_history.
+const postWithHistorySQL = historyBegin + postSQL + historyOwner + "claimed_by" + historyActor + "$7" + historyEnd
 
 // ledgerSQL debits the account: amount_minor is the payout's amount negated.
 const ledgerSQL = `INSERT INTO ledger_entry (payout_id, account_id, amount_minor, currency, posted_token)
@@ -349,7 +353,7 @@ type postUpdate struct {
 // ledger_entry in the same transaction: both commit or neither does. Refusals,
 // in the contract's precedence: ErrNotFound, *FinalError, *FencedError, then,
 // with the books check on, *OutcomeNotRecordedError.
-func (s *store) Post(ctx context.Context, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
+func (s *store) Post(ctx context.Context, id string, token int64, owner, actor string, u postUpdate) (lockapi.Payout, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return lockapi.Payout{}, fmt.Errorf("post payout: %w", err)
@@ -360,7 +364,7 @@ func (s *store) Post(ctx context.Context, id string, token int64, owner string, 
 			return lockapi.Payout{}, err
 		}
 	}
-	p, err := postInTx(ctx, tx, id, token, owner, u)
+	p, err := postInTx(ctx, tx, id, token, owner, actor, u)
 	if err != nil {
 		return lockapi.Payout{}, err
 	}
@@ -375,12 +379,12 @@ func (s *store) Post(ctx context.Context, id string, token int64, owner string, 
 	return p, nil
 }
 
-func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, u postUpdate) (lockapi.Payout, error) {
+func postInTx(ctx context.Context, tx pgx.Tx, id string, token int64, owner, actor string, u postUpdate) (lockapi.Payout, error) {
 	// A row that matches on a second look had its claim with this token commit
 	// after the UPDATE's snapshot (a post racing its own claim): run it again.
 	return updateOrExplain(ctx, tx, "post payout", id,
 		func() (lockapi.Payout, error) {
-			return scanPayout(tx.QueryRow(ctx, postWithHistorySQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason))
+			return scanPayout(tx.QueryRow(ctx, postWithHistorySQL, id, token, owner, u.Outcome, u.RailReference, u.DeclineReason, actor))
 		},
 		judgePost(token, owner))
 }
@@ -467,10 +471,11 @@ func deref[T any](v *T) T {
 // settleSQL: only an AMBIGUOUS payout is settled (docs/contracts/reconciliation.md), and only once:
 // a second settle finds it final. fence_token and claimed_by stay as the last
 // claimant left them; the ledger entry is posted with that token. The settle is
-// recorded in payout_history with no owner: the statement, not a holder, moved it.
+// recorded in payout_history with no owner (the statement, not a holder, moved
+// it) and the settling workload as actor.
 const settleSQL = historyBegin + `UPDATE payout SET status=$2, rail_reference=$3, decline_reason=$4, updated_at=now()
  WHERE payout_id=$1 AND status='AMBIGUOUS'
-RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyEnd
+RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyActor + "$5" + historyEnd
 
 // settleEvidenceSQL locks the AMBIGUOUS payout as settleSQL would (a concurrent
 // settle is waited for, and the row judged again) and reads what the statement
@@ -516,7 +521,7 @@ func (e *SettleStatusError) Error() string { return "payout is " + e.Status + ",
 // moved the payout: nothing is written. Refusals: ErrNotFound; *FinalError (a
 // final payout, however it got there, unless the repeat is identical);
 // *SettleStatusError (PENDING or CLAIMED).
-func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest) (p lockapi.Payout, moved bool, err error) {
+func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest, actor string) (p lockapi.Payout, moved bool, err error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return lockapi.Payout{}, false, fmt.Errorf("settle payout: %w", err)
@@ -533,7 +538,7 @@ func (s *store) Settle(ctx context.Context, id string, u lockapi.SettleRequest) 
 			return lockapi.Payout{}, false, err
 		}
 	}
-	p, err = scanPayout(tx.QueryRow(ctx, settleSQL, id, u.Outcome, u.RailReference, u.DeclineReason))
+	p, err = scanPayout(tx.QueryRow(ctx, settleSQL, id, u.Outcome, u.RailReference, u.DeclineReason, actor))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Not AMBIGUOUS (any more). Under READ COMMITTED this statement sees a
