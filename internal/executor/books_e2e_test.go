@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
-	"lock.dev/internal/payment"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
@@ -27,18 +27,22 @@ var booksOff = map[string]map[string]string{"rail-proxy": {"RAIL_PROXY_BOOKS_CHE
 // mallory is the beneficiary an insider redirects a payout to.
 const mallory = "NL66MALL0123456789"
 
-// present submits req to rail-proxy as a workload holding token would, and
-// returns the answer's status and problem code ("" for a 200).
-func present(t *testing.T, st stackT, req lockapi.SubmissionRequest, token int64, owner string) (int, string) {
+// present submits req to rail-proxy as a workload of the executor's kind
+// holding lease would (its token and grant), and returns the answer's status
+// and problem code ("" for a 200).
+func present(t *testing.T, st stackT, req lockapi.SubmissionRequest, lease *lockclient.Lease, owner string) (int, string) {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	hr, _ := http.NewRequest(http.MethodPost, st.ProxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(body)))
 	hr.ContentLength = int64(len(body))
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set(lockapi.HeaderFencingToken, fmt.Sprint(token))
+	hr.Header.Set(lockapi.HeaderFencingToken, fmt.Sprint(lease.Token()))
 	hr.Header.Set(lockapi.HeaderOwnerID, owner)
-	hr.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", req.PayoutID, token))
-	resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(hr)
+	hr.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", req.PayoutID, lease.Token()))
+	if g := lease.Grant(); g != "" {
+		hr.Header.Set(lockapi.HeaderFencingGrant, g)
+	}
+	resp, err := st.HTTPClient(identity.NameExecutor, identity.NameRailProxy).Do(hr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,13 +235,13 @@ func TestDuplicateOfAnotherBeneficiaryIsNotAdopted(t *testing.T) {
 	ctx := context.Background()
 	ps := createPayouts(t, st, "nb3", 1, 1)
 	p := ps[0]
-	lease, err := lockclient.New(st.LockServerURL).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "insider", 5*time.Second)
+	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "insider", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	redirected := requestOf(p)
 	redirected.Beneficiary = mallory
-	if status, code := present(t, st, redirected, lease.Token(), "insider"); status != http.StatusOK {
+	if status, code := present(t, st, redirected, lease, "insider"); status != http.StatusOK {
 		t.Fatalf("the insider's submission was answered %d %s, want 200 with the books off", status, code)
 	}
 	if err := lease.Release(ctx); err != nil {
@@ -287,16 +291,16 @@ func TestReconcileDoesNotAdoptAMismatchingRecordedOutcome(t *testing.T) {
 	st, _ := startStack(t, booksOff)
 	ctx := context.Background()
 	p := createPayouts(t, st, "nb4", 1, 1)[0]
-	lease, err := lockclient.New(st.LockServerURL).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "ghost", time.Second)
+	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "ghost", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := payment.NewClient(st.PaymentURL).Claim(ctx, p.PayoutID, lease.Token(), "ghost"); err != nil {
+	if _, err := paymentsAs(st, identity.NameExecutor).ClaimWithGrant(ctx, p.PayoutID, lease.Token(), lease.Grant(), "ghost"); err != nil {
 		t.Fatal(err)
 	}
 	redirected := requestOf(p)
 	redirected.Beneficiary = mallory
-	if status, code := present(t, st, redirected, lease.Token(), "ghost"); status != http.StatusOK {
+	if status, code := present(t, st, redirected, lease, "ghost"); status != http.StatusOK {
 		t.Fatalf("the ghost's submission was answered %d %s, want 200 with the books off", status, code)
 	}
 	lease.Freeze() // the holder is gone: no renewal, no release

@@ -55,6 +55,12 @@ func (s *perPayoutProxy) submissions(id string) []string {
 	return append([]string(nil), s.tokens[id]...)
 }
 
+// noAuth runs the system and the executor plaintext, without identities
+// (UNSAFE_NO_AUTH): for the tests of this package whose rail-proxy is a
+// scripted plaintext test server, or that look at a stop or the executor's own
+// endpoints — about those, not identity (docs/contracts/workload-identity.md).
+const noAuth = true
+
 // scriptedRail is the system's settings for a test whose rail-proxy is
 // scripted: paydb's audit trail records none of its answers, so
 // payment-resource's books check (docs/contracts/books.md) would refuse every
@@ -78,7 +84,7 @@ func acceptAs(ref string) http.HandlerFunc {
 func TestCycleOutcomesInPaydb(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t), Env: scriptedRail})
+	st, err := stack.Start(ctx, stack.Options{UnsafeNoAuth: noAuth, PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t), Env: scriptedRail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +153,7 @@ func TestCycleOutcomesInPaydb(t *testing.T) {
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.ReconcileInterval = -1 // the cycle alone
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
+	cfg.Identity.UnsafeNoAuth = noAuth
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- Run(runCtx, cfg) }()

@@ -3,11 +3,13 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
@@ -451,6 +453,7 @@ func TestKilledExecutorsClaimIsReconciled(t *testing.T) {
 func startChildExecutor(t *testing.T, st stackT, extra map[string]string) interface{ Kill() } {
 	t.Helper()
 	env := st.ServiceURLs()
+	maps.Copy(env, st.WorkloadEnv(identity.NameExecutor))
 	for k, v := range map[string]string{
 		"EXECUTOR_ADDR":          "127.0.0.1:0",
 		"EXECUTOR_OWNER_ID":      "doomed",

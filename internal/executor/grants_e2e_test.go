@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"lock.dev/internal/grant"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/stack"
-	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 )
 
@@ -34,9 +34,9 @@ func TestExecutorPresentsItsLeasesGrant(t *testing.T) {
 	if got := paidCount(t, r, "paid"); got != n {
 		t.Errorf(`executor_payout_total{result="paid"} = %v, want %d`, got, n)
 	}
-	for name, base := range map[string]string{"rail-proxy": st.ProxyURL, "payment-resource": st.PaymentURL} {
+	for _, name := range []string{identity.NameRailProxy, identity.NamePaymentResource} {
 		for _, reason := range grant.Reasons {
-			v, err := testkit.ReadMetric(context.Background(), base, `grant_rejected_total{reason="`+reason+`"}`)
+			v, err := st.ReadMetric(context.Background(), name, `grant_rejected_total{reason="`+reason+`"}`)
 			if err != nil || v != 0 {
 				t.Errorf("%s grant_rejected_total{reason=%q} = %v (%v), want 0", name, reason, v, err)
 			}

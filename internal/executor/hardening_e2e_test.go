@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
-	"lock.dev/internal/payment"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
-	"lock.dev/lockclient"
 )
 
 // idleRelay is an HTTP/1.1 relay in front of rail-proxy that behaves like a
@@ -137,10 +136,11 @@ func TestSubmissionResentOnceAfterIdleConnectionClosed(t *testing.T) {
 	for _, mode := range []string{"drop", "swallow"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			st, _ := startStack(t, nil)
+			// The relay reads the executor's requests: plaintext.
+			st, _ := startPlainStack(t, nil)
 			relay := newIdleRelay(t, st.ProxyURL, 300*time.Millisecond, mode)
 			prefix := "resend-" + mode
-			pc := payment.NewClient(st.PaymentURL)
+			pc := paymentsAs(st, identity.NamePayoutCreator)
 			create := func(id string) {
 				if _, err := pc.Create(context.Background(), lockapi.SubmissionRequest{PayoutID: id, AccountID: prefix + "-acct",
 					AmountMinor: 4200, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}); err != nil {
@@ -227,16 +227,15 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 	}
 	// The lost attempt: claimed and submitted under a lease, accepted by the rail,
 	// never posted — its claimant died.
-	pc := payment.NewClient(st.PaymentURL)
-	if _, err := pc.Create(ctx, lockapi.SubmissionRequest{PayoutID: p, AccountID: acct, AmountMinor: 4200,
+	if _, err := paymentsAs(st, identity.NamePayoutCreator).Create(ctx, lockapi.SubmissionRequest{PayoutID: p, AccountID: acct, AmountMinor: 4200,
 		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := lockclient.New(st.LockServerURL).Acquire(ctx, lockapi.AccountLockName(acct), "ghost", 2*time.Second)
+	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(acct), "ghost", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pc.Claim(ctx, p, lease.Token(), "ghost"); err != nil {
+	if _, err := paymentsAs(st, identity.NameExecutor).ClaimWithGrant(ctx, p, lease.Token(), lease.Grant(), "ghost"); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(lockapi.SubmissionRequest{PayoutID: p, AccountID: acct, AmountMinor: 4200, Currency: "EUR",
@@ -247,7 +246,8 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 	req.Header.Set(lockapi.HeaderFencingToken, fmt.Sprint(lease.Token()))
 	req.Header.Set(lockapi.HeaderOwnerID, "ghost")
 	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", p, lease.Token()))
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	req.Header.Set(lockapi.HeaderFencingGrant, lease.Grant())
+	resp, err := st.HTTPClient(identity.NameExecutor, identity.NameRailProxy).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,8 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 // that is a success (payout_posted), not a refusal.
 func TestLostPostAnswerConfirmedByPayoutFinal(t *testing.T) {
 	t.Parallel()
-	st, _ := startStack(t, nil)
+	// The front reads and forwards the executor's posts: plaintext.
+	st, _ := startPlainStack(t, nil)
 	target, err := url.Parse(st.PaymentURL)
 	if err != nil {
 		t.Fatal(err)

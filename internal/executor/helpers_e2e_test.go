@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
+	"lock.dev/lockclient"
 )
 
 func TestMain(m *testing.M) {
@@ -108,20 +110,32 @@ func (l *logTail) contains(frags ...string) bool {
 	return false
 }
 
-// startStack runs the whole system on fresh databases of the test binary's cluster.
+// startStack runs the whole system on fresh databases of the test binary's
+// cluster, with identities: every hop mutual TLS, every grant naming its
+// workload (the stack's default).
 func startStack(t *testing.T, env map[string]map[string]string) (*stack.Stack, *logTail) {
+	t.Helper()
+	return startStackWith(t, stack.Options{Env: env})
+}
+
+// startPlainStack is startStack without identities (UNSAFE_NO_AUTH): for a
+// test that puts a plaintext HTTP intermediary between the executor and a
+// service — about connections and lost answers, not identity
+// (docs/contracts/workload-identity.md).
+func startPlainStack(t *testing.T, env map[string]map[string]string) (*stack.Stack, *logTail) {
+	t.Helper()
+	return startStackWith(t, stack.Options{Env: env, UnsafeNoAuth: true})
+}
+
+func startStackWith(t *testing.T, opts stack.Options) (*stack.Stack, *logTail) {
 	t.Helper()
 	logs := &logTail{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := stack.Start(ctx, stack.Options{
-		PaydbURL:  pgtest.PaydbURL(t),
-		LockdbURL: pgtest.LockdbURL(t),
-		Env:       env,
-		Log:       logs,
-	})
+	opts.PaydbURL, opts.LockdbURL, opts.Log = pgtest.PaydbURL(t), pgtest.LockdbURL(t), logs
+	st, err := stack.Start(ctx, opts)
 	if err != nil {
-		t.Fatalf("starting the system: %v", err)
+		t.Fatalf("starting the system: %v\nlast service log lines:\n%s", err, logs.String())
 	}
 	t.Cleanup(func() {
 		if err := st.Close(); err != nil {
@@ -132,6 +146,25 @@ func startStack(t *testing.T, env map[string]map[string]string) (*stack.Stack, *
 		}
 	})
 	return st, logs
+}
+
+// workloadIdentity is the identity settings of workload name in st: its SVID's
+// files, or UNSAFE_NO_AUTH on a stack without identities.
+func workloadIdentity(st *stack.Stack, name string) identity.Settings {
+	if !st.Secure() {
+		return identity.Settings{UnsafeNoAuth: true}
+	}
+	return identity.Files(st.CertsDir, name)
+}
+
+// paymentsAs is a client of payment-resource calling as workload name.
+func paymentsAs(st *stack.Stack, name string) *payment.Client {
+	return payment.NewTLSClient(st.PaymentURL, st.ClientTLS(name, identity.NamePaymentResource))
+}
+
+// locksAs is a client of lock-server calling as workload name.
+func locksAs(st *stack.Stack, name string) *lockclient.Client {
+	return lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(name, identity.NameLockServer)))
 }
 
 // runningExecutor is an executor running in this process.
@@ -160,13 +193,21 @@ func startExecutor(t *testing.T, st *stack.Stack, owner string, configure func(*
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.ReconcileInterval = 200 * time.Millisecond
 	cfg.Listener = ln
+	// Its metrics are read where probes and scrapes read them: HEALTH_ADDR,
+	// plaintext (the main port serves mutual TLS with identities).
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HealthListener = hln
+	cfg.Identity = workloadIdentity(st, identity.NameExecutor)
 	logs := &logTail{}
 	cfg.LogOutput = logs
 	if configure != nil {
 		configure(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningExecutor{owner: owner, url: "http://" + ln.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
+	r := &runningExecutor{owner: owner, url: "http://" + hln.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- executor.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		r.stop(t)
@@ -212,7 +253,7 @@ func paidCount(t *testing.T, r *runningExecutor, result string) float64 {
 
 func createPayouts(t *testing.T, st *stack.Stack, prefix string, n, accounts int) []lockapi.Payout {
 	t.Helper()
-	c := payment.NewClient(st.PaymentURL)
+	c := paymentsAs(st, identity.NamePayoutCreator)
 	out := make([]lockapi.Payout, 0, n)
 	for i := range n {
 		p, err := c.Create(context.Background(), lockapi.SubmissionRequest{

@@ -38,6 +38,7 @@ func startRun(t *testing.T, cfg Config) *started {
 	}
 	logs := &syncBuffer{}
 	cfg.Listener, cfg.LogOutput = ln, logs
+	cfg.Identity.UnsafeNoAuth = noAuth
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &started{url: "http://" + ln.Addr().String(), logs: logs, stop: cancel, done: make(chan error, 1)}
 	go func() { s.done <- Run(ctx, cfg) }()
@@ -145,7 +146,7 @@ func TestHealthMetricsAndShortLeaseWarning(t *testing.T) {
 func TestStopFinishesTheSubmissionInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t), Env: scriptedRail})
+	st, err := stack.Start(ctx, stack.Options{UnsafeNoAuth: noAuth, PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t), Env: scriptedRail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestStopFinishesTheSubmissionInFlight(t *testing.T) {
 func TestStopDuringPauseSubmitsNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t)})
+	st, err := stack.Start(ctx, stack.Options{UnsafeNoAuth: noAuth, PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestStopDuringPauseSubmitsNothing(t *testing.T) {
 func TestRefusedPostIsNotRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := stack.Start(ctx, stack.Options{PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t)})
+	st, err := stack.Start(ctx, stack.Options{UnsafeNoAuth: noAuth, PaydbURL: pgtest.PaydbURL(t), LockdbURL: pgtest.LockdbURL(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
