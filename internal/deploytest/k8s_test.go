@@ -168,12 +168,25 @@ type podTemplate struct {
 		Labels map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
-		SecurityContext *securityContext `json:"securityContext"`
-		Containers      []container      `json:"containers"`
-		InitContainers  []container      `json:"initContainers"`
-		HostNetwork     bool             `json:"hostNetwork"`
-		AutomountToken  *bool            `json:"automountServiceAccountToken"`
+		ServiceAccountName string           `json:"serviceAccountName"`
+		Volumes            []volume         `json:"volumes"`
+		SecurityContext    *securityContext `json:"securityContext"`
+		Containers         []container      `json:"containers"`
+		InitContainers     []container      `json:"initContainers"`
+		HostNetwork        bool             `json:"hostNetwork"`
+		AutomountToken     *bool            `json:"automountServiceAccountToken"`
 	} `json:"spec"`
+}
+
+type volume struct {
+	Name   string `json:"name"`
+	Secret *struct {
+		SecretName string `json:"secretName"`
+	} `json:"secret"`
+	CSI *struct {
+		Driver string `json:"driver"`
+	} `json:"csi"`
+	EmptyDir any `json:"emptyDir"`
 }
 
 type securityContext struct {
@@ -216,6 +229,10 @@ type container struct {
 			} `json:"secretKeyRef"`
 		} `json:"valueFrom"`
 	} `json:"env"`
+	VolumeMounts []struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+	} `json:"volumeMounts"`
 	LivenessProbe   *probe           `json:"livenessProbe"`
 	ReadinessProbe  *probe           `json:"readinessProbe"`
 	SecurityContext *securityContext `json:"securityContext"`
@@ -240,15 +257,45 @@ func template(t *testing.T, o object) podTemplate {
 // reconciliation.md, signed-grants.md); a misspelt one would be ignored by the
 // service and silently leave a default in force.
 var settings = map[string][]string{
-	"lock-server":      {"LOG_LEVEL", "LOCK_SERVER_ADDR", "LOCKDB_URL", "LOCKDB_MAX_CONNS", "LOCK_MIN_TTL", "LOCK_MAX_TTL", "UNSAFE_NON_DURABLE_DB", "LOCK_SERVER_SIGNING_KEY_FILE", "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE"},
-	"payment-resource": {"LOG_LEVEL", "PAYMENT_RESOURCE_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "UNSAFE_NON_DURABLE_DB", "PAYMENT_SETTLE_TOKEN", "PAYMENT_GRANT_KEYS_FILE"},
+	"lock-server": {"LOG_LEVEL", "LOCK_SERVER_ADDR", "LOCKDB_URL", "LOCKDB_MAX_CONNS", "LOCK_MIN_TTL", "LOCK_MAX_TTL", "UNSAFE_NON_DURABLE_DB", "LOCK_SERVER_SIGNING_KEY_FILE", "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE",
+		"LOCK_SERVER_HOLDERS", "LOCK_SERVER_READERS", "LOCKDB_ROLE_LOCK_SERVER"},
+	"payment-resource": {"LOG_LEVEL", "PAYMENT_RESOURCE_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "UNSAFE_NON_DURABLE_DB", "PAYMENT_SETTLE_TOKEN", "PAYMENT_GRANT_KEYS_FILE",
+		"PAYMENT_BOOKS_CHECK", "PAYMENT_SETTLE_AFTER", "PAYMENT_CREATORS", "PAYMENT_WORKERS", "PAYMENT_SETTLERS", "PAYMENT_READERS", "GRANT_WID_REQUIRED"},
 	"rail-proxy": {"LOG_LEVEL", "RAIL_PROXY_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_BASE_URL", "RAIL_CONNECT_TIMEOUT", "RAIL_READ_TIMEOUT", "RAIL_PROXY_FENCING_ENABLED",
-		"RAIL_PROXY_INTERRUPTED_AFTER", "RAIL_IDLE_CONN_TIMEOUT", "RAIL_PROXY_MAX_GROUP", "UNSAFE_NON_DURABLE_DB", "RAIL_PROXY_GRANT_KEYS_FILE"},
-	"rail-stub": {"LOG_LEVEL", "RAIL_STUB_ADDR", "RAIL_STUB_LATENCY_MS", "RAIL_STUB_DECLINE_RATE", "RAIL_STUB_DROP_RATE", "RAIL_STUB_SEED", "RAIL_STUB_CALL_LOG"},
+		"RAIL_PROXY_INTERRUPTED_AFTER", "RAIL_IDLE_CONN_TIMEOUT", "RAIL_PROXY_MAX_GROUP", "UNSAFE_NON_DURABLE_DB", "RAIL_PROXY_GRANT_KEYS_FILE",
+		"RAIL_PROXY_BOOKS_CHECK", "RAIL_PROXY_SUBMITTERS", "RAIL_PROXY_READERS", "GRANT_WID_REQUIRED", "RAIL_ID",
+		"RAIL_TLS_SERVER_NAME", "RAIL_TLS_CA_FILE", "RAIL_TLS_CERT_FILE", "RAIL_TLS_KEY_FILE"},
+	"rail-stub": {"LOG_LEVEL", "RAIL_STUB_ADDR", "RAIL_STUB_LATENCY_MS", "RAIL_STUB_DECLINE_RATE", "RAIL_STUB_DROP_RATE", "RAIL_STUB_SEED", "RAIL_STUB_CALL_LOG",
+		"RAIL_STUB_CLIENTS", "RAIL_STUB_READERS", "RAIL_STUB_ADMINS"},
 	"executor": {"LOG_LEVEL", "EXECUTOR_ADDR", "LOCK_SERVER_URL", "PAYMENT_RESOURCE_URL", "RAIL_PROXY_URL", "EXECUTOR_OWNER_ID", "EXECUTOR_WORKERS", "EXECUTOR_LEASE_TTL",
-		"EXECUTOR_PROXY_TIMEOUT", "EXECUTOR_POLL_INTERVAL", "EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE"},
+		"EXECUTOR_PROXY_TIMEOUT", "EXECUTOR_POLL_INTERVAL", "EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE", "LOCK_SERVER_ID", "PAYMENT_RESOURCE_ID", "RAIL_PROXY_ID"},
 	"reconciler": {"LOG_LEVEL", "RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL", "PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL",
-		"RECONCILER_SETTLE_AFTER", "UNSAFE_NON_DURABLE_DB"},
+		"RECONCILER_SETTLE_AFTER", "UNSAFE_NON_DURABLE_DB", "PAYMENT_RESOURCE_ID", "RAIL_PROXY_ID"},
+}
+
+// identitySettings are every service's (docs/contracts/workload-identity.md):
+// its SVID, key and trust bundle, the plaintext health listener, and the
+// override that lifts the refusal to run without them.
+var identitySettings = []string{"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CA_FILE", "HEALTH_ADDR", "UNSAFE_NO_AUTH"}
+
+// roleSettings are the runtime logins migrate grants to, by the binary whose
+// migrate applies the tree (docs/contracts/database.md).
+var roleSettings = map[string][]string{
+	"lock-server":      {"LOCKDB_ROLE_LOCK_SERVER"},
+	"payment-resource": {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER"},
+	"rail-proxy":       {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER"},
+	"reconciler":       {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER"},
+}
+
+// healthPorts are the HEALTH_ADDR ports of the manifests: probes and scrapes
+// go there, plaintext, never to the mutual-TLS port.
+var healthPorts = map[string]int{
+	"lock-server":      9081,
+	"payment-resource": 9082,
+	"rail-proxy":       9083,
+	"rail-stub":        9084,
+	"executor":         9085,
+	"reconciler":       9086,
 }
 
 // secretSettings never appear as literal values: they come from a Secret.
@@ -302,7 +349,7 @@ func checkEnv(t *testing.T, where, service string, c container) {
 		if e.Name == "GOMEMLIMIT" {
 			continue // the Go runtime's, set from the memory limit
 		}
-		if !slices.Contains(settings[service], e.Name) {
+		if !slices.Contains(settings[service], e.Name) && !slices.Contains(identitySettings, e.Name) && !slices.Contains(roleSettings[service], e.Name) {
 			t.Errorf("%s: %s is not a setting of %s (docs/contracts/configuration.md)", where, e.Name, service)
 		}
 		if slices.Contains(secretSettings, e.Name) {
@@ -365,8 +412,11 @@ func TestDeploymentsProbesSecurityAndResources(t *testing.T) {
 		for _, cp := range c.Ports {
 			named[cp.Name] = cp.ContainerPort
 		}
-		if named["http"] != port {
-			t.Errorf("%s: port http is %d, want %d (docs/contracts/configuration.md)", where, named["http"], port)
+		if named["https"] != port {
+			t.Errorf("%s: port https is %d, want %d (docs/contracts/configuration.md)", where, named["https"], port)
+		}
+		if named["health"] != healthPorts[svc] {
+			t.Errorf("%s: port health is %d, want %d", where, named["health"], healthPorts[svc])
 		}
 		for kind, pr := range map[string]*probe{"/livez": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
 			switch {
@@ -374,8 +424,9 @@ func TestDeploymentsProbesSecurityAndResources(t *testing.T) {
 				t.Errorf("%s: no httpGet probe for %s", where, kind)
 			case pr.HTTPGet.Path != kind:
 				t.Errorf("%s: probe on %s, want %s (docs/contracts/observability.md)", where, pr.HTTPGet.Path, kind)
-			case fmt.Sprint(pr.HTTPGet.Port) != "http" && fmt.Sprint(pr.HTTPGet.Port) != fmt.Sprint(port):
-				t.Errorf("%s: %s probed on port %v, want %d", where, kind, pr.HTTPGet.Port, port)
+			case fmt.Sprint(pr.HTTPGet.Port) != "health" && fmt.Sprint(pr.HTTPGet.Port) != fmt.Sprint(healthPorts[svc]):
+				// kubelet presents no client certificate: the mutual-TLS port would fail the handshake
+				t.Errorf("%s: %s probed on port %v, want the health port %d", where, kind, pr.HTTPGet.Port, healthPorts[svc])
 			}
 		}
 		if !pdbs[svc] {
