@@ -615,7 +615,7 @@ func writeIdentity(w io.Writer, r *IdentityResult) {
 		"paydb and the rail-stub's call log hold of the attempt:\n\n", secondExecutor)
 	t := invariants.Table{Head: []string{head}}
 	for _, row := range r.Rows {
-		t.Row(row.Row+"  "+row.Attack, []string{row.answer() + "; " + row.Written})
+		t.Row(fmt.Sprintf("%-3s %s", row.Row, row.Attack), []string{row.answer() + "; " + row.Written})
 	}
 	t.Row("verdict", []string{demonstrationVerdict(r.Identities, r.OK)})
 	_ = t.Write(w)
