@@ -3,6 +3,8 @@ package executor
 import (
 	"bytes"
 	"errors"
+	"io"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -89,6 +91,9 @@ func TestConfigRejectsBadSettings(t *testing.T) {
 		{"EXECUTOR_PAUSE_PROBABILITY", "1.5"},
 		{"EXECUTOR_PAUSE_PROBABILITY", "NaN"},
 		{"EXECUTOR_PAUSE", "-2s"},
+		{"LOCK_SERVER_ID", "lock-server"},
+		{"PAYMENT_RESOURCE_ID", "https://payment-resource"},
+		{"RAIL_PROXY_ID", "spiffe://lock.dev/rail proxy"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
@@ -112,6 +117,42 @@ func TestConfigRejectsBadSettings(t *testing.T) {
 	}
 }
 
+// With TLS set every call is mutual TLS (docs/contracts/workload-identity.md):
+// a base URL that is not https is refused at start, exit 2 naming the
+// setting, whichever of the three it is; the peer IDs are read.
+func TestConfigRefusesPlaintextURLsOnceTLSIsSet(t *testing.T) {
+	t.Parallel()
+	tlsEnv := map[string]string{"TLS_CERT_FILE": "/certs/executor.pem", "TLS_KEY_FILE": "/certs/executor.key", "TLS_CA_FILE": "/certs/ca.pem",
+		"LOCK_SERVER_URL": "https://locks:1", "PAYMENT_RESOURCE_URL": "https://pay:2", "RAIL_PROXY_URL": "https://proxy:3",
+		"LOCK_SERVER_ID": "spiffe://prod.example/ns/locks/sa/lock-server"}
+	_, cfg, err := ParseConfigTo(nil, env(tlsEnv), &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("https URLs with TLS set: %v", err)
+	}
+	if cfg.LockServerID != "spiffe://prod.example/ns/locks/sa/lock-server" || cfg.PaymentResourceID != "" || cfg.RailProxyID != "" {
+		t.Fatalf("peer IDs %q %q %q", cfg.LockServerID, cfg.PaymentResourceID, cfg.RailProxyID)
+	}
+	for _, name := range []string{"LOCK_SERVER_URL", "PAYMENT_RESOURCE_URL", "RAIL_PROXY_URL"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := maps.Clone(tlsEnv)
+			e[name] = strings.Replace(e[name], "https://", "http://", 1)
+			_, _, err := ParseConfigTo(nil, env(e), &bytes.Buffer{})
+			var ue *serve.UsageError
+			if !errors.As(err, &ue) || !strings.Contains(ue.Msg, name) || !strings.Contains(ue.Msg, "https") {
+				t.Fatalf("http:// %s with TLS set: %v, want a usage error naming it", name, err)
+			}
+			if code := serve.ExitCode(err, io.Discard); code != 2 {
+				t.Fatalf("exit %d, want 2", code)
+			}
+		})
+	}
+	// Without TLS (UNSAFE_NO_AUTH) plaintext URLs stay as they were.
+	if _, _, err := ParseConfigTo(nil, env(map[string]string{"UNSAFE_NO_AUTH": "true"}), &bytes.Buffer{}); err != nil {
+		t.Fatalf("the http:// defaults without TLS: %v", err)
+	}
+}
+
 func TestConfigHelpAndSubcommands(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -121,7 +162,7 @@ func TestConfigHelpAndSubcommands(t *testing.T) {
 	}
 	for _, s := range []string{"EXECUTOR_ADDR", "LOG_LEVEL", "LOCK_SERVER_URL", "PAYMENT_RESOURCE_URL", "RAIL_PROXY_URL",
 		"EXECUTOR_OWNER_ID", "EXECUTOR_WORKERS", "EXECUTOR_LEASE_TTL", "EXECUTOR_PROXY_TIMEOUT", "EXECUTOR_POLL_INTERVAL",
-		"EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE", "-executor-lease-ttl", "15s", "500ms", ":8085", "(default 0)", "(default 0s)"} {
+		"EXECUTOR_PAUSE_PROBABILITY", "EXECUTOR_PAUSE", "LOCK_SERVER_ID", "PAYMENT_RESOURCE_ID", "RAIL_PROXY_ID", "-executor-lease-ttl", "15s", "500ms", ":8085", "(default 0)", "(default 0s)"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("usage lacks %q", s)
 		}
