@@ -242,7 +242,7 @@ func TestSubmitterRoleRefusesOtherWorkloads(t *testing.T) {
 		`authz_denied_total{route="submitPayment"}`:        1,
 		`authz_denied_total{route="listSubmissions"}`:      0,
 		`authz_denied_total{route="readStatement"}`:        0,
-		`rail_submission_total{outcome="ACKED"}`:          admittedBefore,
+		`rail_submission_total{outcome="ACKED"}`:           admittedBefore,
 		`grant_rejected_total{reason="workload_mismatch"}`: 0,
 	} {
 		if got := s.metric(t, series); got != want {
