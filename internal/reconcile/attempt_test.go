@@ -37,19 +37,19 @@ func TestAttemptMismatchListedOnce(t *testing.T) {
 
 	// Not listed: someone else presented it under the holder's token.
 	other := payoutReq("p-other", "acct-2", 200)
-	if _, err := e.payments.Create(ctx, other); err != nil {
+	if _, err := e.creator.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := e.locks.Acquire(ctx, lockapi.AccountLockName(other.AccountID), owner, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.payments.Claim(ctx, other.PayoutID, lease.Token(), owner); err != nil {
+	if _, err := e.payments.ClaimWithGrant(ctx, other.PayoutID, lease.Token(), lease.Grant(), owner); err != nil {
 		t.Fatal(err)
 	}
 	bad := other
 	bad.Beneficiary = mallory
-	if status, body := submit(t, e.st.ProxyURL, bad, lease.Token(), "intruder"); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchOwner {
+	if status, body := e.submit(t, e.st.ProxyURL, bad, lease, "intruder"); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchOwner {
 		t.Fatalf("p-other presented by another owner: %d %v, want 409 owner", status, body)
 	}
 	_ = lease.Release(ctx)
@@ -57,17 +57,17 @@ func TestAttemptMismatchListedOnce(t *testing.T) {
 	// Not listed: presented as booked before the claim (not_claimed), then claimed
 	// under that token by that owner.
 	early := payoutReq("p-early", "acct-3", 300)
-	if _, err := e.payments.Create(ctx, early); err != nil {
+	if _, err := e.creator.Create(ctx, early); err != nil {
 		t.Fatal(err)
 	}
 	lease, err = e.locks.Acquire(ctx, lockapi.AccountLockName(early.AccountID), owner, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status, body := submit(t, e.st.ProxyURL, early, lease.Token(), owner); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchNotClaimed {
+	if status, body := e.submit(t, e.st.ProxyURL, early, lease, owner); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchNotClaimed {
 		t.Fatalf("p-early presented before its claim: %d %v, want 409 not_claimed", status, body)
 	}
-	if _, err := e.payments.Claim(ctx, early.PayoutID, lease.Token(), owner); err != nil {
+	if _, err := e.payments.ClaimWithGrant(ctx, early.PayoutID, lease.Token(), lease.Grant(), owner); err != nil {
 		t.Fatal(err)
 	}
 	_ = lease.Release(ctx)
@@ -75,27 +75,27 @@ func TestAttemptMismatchListedOnce(t *testing.T) {
 	// Not listed: refused with another amount, then presented as booked by the
 	// same holder and posted PAID.
 	fixed := payoutReq("p-fixed", "acct-4", 400)
-	if _, err := e.payments.Create(ctx, fixed); err != nil {
+	if _, err := e.creator.Create(ctx, fixed); err != nil {
 		t.Fatal(err)
 	}
 	lease, err = e.locks.Acquire(ctx, lockapi.AccountLockName(fixed.AccountID), owner, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.payments.Claim(ctx, fixed.PayoutID, lease.Token(), owner); err != nil {
+	if _, err := e.payments.ClaimWithGrant(ctx, fixed.PayoutID, lease.Token(), lease.Grant(), owner); err != nil {
 		t.Fatal(err)
 	}
 	more := fixed
 	more.AmountMinor = 401
-	if status, body := submit(t, e.st.ProxyURL, more, lease.Token(), owner); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchAmount {
+	if status, body := e.submit(t, e.st.ProxyURL, more, lease, owner); status != http.StatusConflict || body["mismatch"] != lockapi.MismatchAmount {
 		t.Fatalf("p-fixed with another amount: %d %v, want 409 amount", status, body)
 	}
-	status, body := submit(t, e.st.ProxyURL, fixed, lease.Token(), owner)
+	status, body := e.submit(t, e.st.ProxyURL, fixed, lease, owner)
 	if status != http.StatusOK {
 		t.Fatalf("p-fixed as booked: %d %v", status, body)
 	}
 	ref, _ := body["railReference"].(string)
-	if _, err := e.payments.Post(ctx, fixed.PayoutID, lease.Token(), owner, lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: &ref}); err != nil {
+	if _, err := e.payments.PostWithGrant(ctx, fixed.PayoutID, lease.Token(), lease.Grant(), owner, lockapi.PostRequest{Outcome: lockapi.StatusPaid, RailReference: &ref}); err != nil {
 		t.Fatalf("post p-fixed PAID: %v", err)
 	}
 	_ = lease.Release(ctx)

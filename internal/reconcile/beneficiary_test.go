@@ -58,7 +58,7 @@ func TestBeneficiaryMismatch(t *testing.T) {
 		}
 	}
 	// PENDING: created, never claimed or presented by us.
-	if _, err := e.payments.Create(ctx, payoutReq("p-pending", "acct-4", 400)); err != nil {
+	if _, err := e.creator.Create(ctx, payoutReq("p-pending", "acct-4", 400)); err != nil {
 		t.Fatal(err)
 	}
 	e.payDirect(t, "p-benef", "acct-1", 100, mallory)                   // seq 1: the rail paid someone else

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/stack"
 	"lock.dev/internal/testkit"
@@ -105,7 +106,7 @@ func TestTwoReconcilersSettleEachPayoutOnce(t *testing.T) {
 		if sum != float64(n) {
 			t.Errorf("reconciler_settled_total{to=%s} summed over both reconcilers = %v, want %d", label, sum, n)
 		}
-		pr, err := testkit.ReadMetric(ctx, e.st.PaymentURL, fmt.Sprintf(`payout_settle_total{outcome=%q}`, label))
+		pr, err := e.st.ReadMetric(ctx, identity.NamePaymentResource, fmt.Sprintf(`payout_settle_total{outcome=%q}`, label))
 		if err != nil || pr != float64(n) {
 			t.Errorf("payment-resource's payout_settle_total{outcome=%s} = %v (%v), want %d", label, pr, err, n)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lock.dev/internal/executor"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/railstub"
@@ -55,7 +56,7 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 		t.Helper()
 		for range n {
 			p := payoutReq(fmt.Sprintf("p-%03d", created), fmt.Sprintf("acct-%d", created%accounts), int64(100+created*37))
-			if _, err := e.payments.Create(ctx, p); err != nil {
+			if _, err := e.creator.Create(ctx, p); err != nil {
 				t.Fatal(err)
 			}
 			created++
@@ -74,6 +75,7 @@ func TestEndToEndUnderChaosTheBooksClose(t *testing.T) {
 		cfg.Workers, cfg.LeaseTTL, cfg.ProxyTimeout = 2, 2*time.Second, 5*time.Second
 		cfg.PollInterval, cfg.ReconcileInterval = 50*time.Millisecond, time.Second
 		cfg.LogOutput = logw
+		cfg.Identity = e.workload(identity.NameExecutor)
 		ln, err := stack.Listener()
 		if err != nil {
 			t.Fatal(err)

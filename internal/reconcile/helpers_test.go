@@ -3,19 +3,20 @@ package reconcile_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
@@ -37,7 +38,11 @@ func TestMain(m *testing.M) {
 // env is the whole system on fresh databases, and the settings of a reconciler
 // pointed at it.
 type env struct {
-	st       *stack.Stack
+	st *stack.Stack
+	// creator creates payouts as the payout-creator workload; payments claims,
+	// posts and reads them as the executor workload, and locks takes leases as
+	// it (plaintext on a stack without identities).
+	creator  *payment.Client
 	payments *payment.Client
 	locks    *lockclient.Client
 	logs     *logcapture.Buffer // the reconciler passes' log
@@ -80,8 +85,14 @@ func newEnv(t testing.TB, opts stack.Options) *env {
 			t.Errorf("stop the system: %v", err)
 		}
 	})
-	e := &env{st: st, payments: payment.NewClient(st.PaymentURL), locks: lockclient.New(st.LockServerURL), logs: &logcapture.Buffer{}}
+	e := &env{st: st, logs: &logcapture.Buffer{},
+		creator:  payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NamePayoutCreator, identity.NamePaymentResource)),
+		payments: payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameExecutor, identity.NamePaymentResource)),
+		locks:    lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))}
 	e.cfg = reconcile.DefaultConfig()
+	// The passes run as the reconciler workload: its SVID, or UNSAFE_NO_AUTH on
+	// a stack without identities.
+	e.cfg.Identity = e.workload(identity.NameReconciler)
 	e.cfg.PaydbURL, e.cfg.RailProxyURL, e.cfg.PaymentResourceURL = st.PaydbURL, st.ProxyURL, st.PaymentURL
 	e.cfg.SettleToken = st.SettleToken
 	e.cfg.SettleAfter = time.Second
@@ -126,12 +137,12 @@ func (e *env) waitWindow(t testing.TB) {
 	})
 }
 
-var testHTTP = &http.Client{Timeout: 30 * time.Second}
-
-// submit posts a submission to a rail-proxy as an executor does; it returns the
-// status and the decoded body.
-func submit(t testing.TB, proxyURL string, p lockapi.SubmissionRequest, token int64, owner string) (int, map[string]any) {
+// submit posts a submission to a rail-proxy as an executor does (as the
+// executor workload, with lease's token and grant); it returns the status and
+// the decoded body.
+func (e *env) submit(t testing.TB, proxyURL string, p lockapi.SubmissionRequest, lease *lockclient.Lease, owner string) (int, map[string]any) {
 	t.Helper()
+	token := lease.Token()
 	body, _ := json.Marshal(p)
 	req, _ := http.NewRequest(http.MethodPost, proxyURL+"/v1/rail/submissions", io.NopCloser(bytes.NewReader(body)))
 	req.ContentLength = int64(len(body))
@@ -139,7 +150,10 @@ func submit(t testing.TB, proxyURL string, p lockapi.SubmissionRequest, token in
 	req.Header.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
 	req.Header.Set(lockapi.HeaderOwnerID, owner)
 	req.Header.Set(lockapi.HeaderIdempotencyKey, fmt.Sprintf("%s:%d", p.PayoutID, token))
-	resp, err := testHTTP.Do(req)
+	if g := lease.Grant(); g != "" {
+		req.Header.Set(lockapi.HeaderFencingGrant, g)
+	}
+	resp, err := e.st.HTTPClient(identity.NameExecutor, identity.NameRailProxy).Do(req)
 	if err != nil {
 		t.Fatalf("submit %s: %v", p.PayoutID, err)
 	}
@@ -159,7 +173,7 @@ func payoutReq(id, account string, amount int64) lockapi.SubmissionRequest {
 func (e *env) drive(t testing.TB, proxyURL string, p lockapi.SubmissionRequest) string {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := e.payments.Create(ctx, p); err != nil {
+	if _, err := e.creator.Create(ctx, p); err != nil {
 		t.Fatalf("create %s: %v", p.PayoutID, err)
 	}
 	const owner = "test-driver"
@@ -168,11 +182,11 @@ func (e *env) drive(t testing.TB, proxyURL string, p lockapi.SubmissionRequest) 
 		t.Fatalf("lease %s: %v", p.AccountID, err)
 	}
 	defer func() { _ = lease.Release(ctx) }()
-	token := lease.Token()
-	if _, err := e.payments.Claim(ctx, p.PayoutID, token, owner); err != nil {
+	token, grant := lease.Token(), lease.Grant()
+	if _, err := e.payments.ClaimWithGrant(ctx, p.PayoutID, token, grant, owner); err != nil {
 		t.Fatalf("claim %s: %v", p.PayoutID, err)
 	}
-	status, body := submit(t, proxyURL, p, token, owner)
+	status, body := e.submit(t, proxyURL, p, lease, owner)
 	var post lockapi.PostRequest
 	switch {
 	case status == http.StatusOK:
@@ -189,7 +203,7 @@ func (e *env) drive(t testing.TB, proxyURL string, p lockapi.SubmissionRequest) 
 	default:
 		t.Fatalf("submit %s: %d %v", p.PayoutID, status, body)
 	}
-	if _, err := e.payments.Post(ctx, p.PayoutID, token, owner, post); err != nil {
+	if _, err := e.payments.PostWithGrant(ctx, p.PayoutID, token, grant, owner, post); err != nil {
 		t.Fatalf("post %s %s: %v", p.PayoutID, post.Outcome, err)
 	}
 	return post.Outcome
@@ -253,7 +267,8 @@ func (e *env) calls(t testing.TB) []railstub.Call {
 }
 
 // blackholeProxy runs a second rail-proxy on the stack's paydb whose rail accepts
-// the connection and never reads a byte: every submission through it ends TIMEOUT
+// the connection (and, with identities, completes the TLS handshake as the
+// rail) and never reads a byte: every submission through it ends TIMEOUT
 // (RAIL_AMBIGUOUS) while the real rail never sees it.
 func (e *env) blackholeProxy(t testing.TB) string {
 	t.Helper()
@@ -261,6 +276,7 @@ func (e *env) blackholeProxy(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	railCfg := e.railTLS(t)
 	var mu sync.Mutex
 	var held []net.Conn
 	go func() {
@@ -269,15 +285,22 @@ func (e *env) blackholeProxy(t testing.TB) string {
 			if err != nil {
 				return
 			}
+			if railCfg != nil {
+				tc := tls.Server(c, railCfg)
+				_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+				if tc.Handshake() != nil {
+					_ = c.Close()
+					continue
+				}
+				c = tc
+			}
 			mu.Lock()
 			held = append(held, c)
 			mu.Unlock()
 		}
 	}()
-	cfg := railproxy.DefaultConfig()
-	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, "http://"+rail.Addr().String()
-	cfg.RailReadTimeout = 300 * time.Millisecond
-	return runProxy(t, "blackhole rail-proxy", cfg, func() {
+	return e.runProxy(t, "blackhole rail-proxy", map[string]string{
+		"RAIL_BASE_URL": e.scheme() + rail.Addr().String(), "RAIL_READ_TIMEOUT": "300ms"}, func() {
 		_ = rail.Close()
 		mu.Lock()
 		for _, c := range held {
@@ -299,10 +322,56 @@ func (e *env) liarProxy(t testing.TB, ref string) string {
 		_, _ = io.Copy(io.Discard, r.Body)
 		lockapi.WriteJSON(w, http.StatusOK, railstub.PaymentReply{Status: railstub.ResultAccepted, RailReference: ref})
 	})
-	rail := httptest.NewServer(mux)
-	cfg := railproxy.DefaultConfig()
-	cfg.PaydbURL, cfg.RailBaseURL = e.st.PaydbURL, rail.URL
-	return runProxy(t, "lying rail-proxy", cfg, rail.Close)
+	rail := e.serveRail(t, mux)
+	return e.runProxy(t, "lying rail-proxy", map[string]string{"RAIL_BASE_URL": rail}, nil)
+}
+
+// railTLS is the server configuration of a test's own rail: rail-stub's SVID,
+// so a rail-proxy of the stack takes it for the rail; nil without identities.
+func (e *env) railTLS(t testing.TB) *tls.Config {
+	t.Helper()
+	if !e.st.Secure() {
+		return nil
+	}
+	src, err := e.st.Source(identity.NameRailStub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.ServerConfig()
+}
+
+// workload is the identity settings of workload name: its SVID's files, or
+// UNSAFE_NO_AUTH on a stack without identities.
+func (e *env) workload(name string) identity.Settings {
+	if !e.st.Secure() {
+		return identity.Settings{UnsafeNoAuth: true}
+	}
+	return identity.Files(e.st.CertsDir, name)
+}
+
+func (e *env) scheme() string {
+	if e.st.Secure() {
+		return "https://"
+	}
+	return "http://"
+}
+
+// serveRail serves h as a rail until the test ends (mutual TLS as rail-stub
+// with identities) and returns its base URL.
+func (e *env) serveRail(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := e.scheme() + ln.Addr().String()
+	if cfg := e.railTLS(t); cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return url
 }
 
 // refusedAttempt creates p, claims it under a fresh lease as an executor does,
@@ -311,7 +380,7 @@ func (e *env) liarProxy(t testing.TB, ref string) string {
 func (e *env) refusedAttempt(t testing.TB, p, presented lockapi.SubmissionRequest, mismatch string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := e.payments.Create(ctx, p); err != nil {
+	if _, err := e.creator.Create(ctx, p); err != nil {
 		t.Fatalf("create %s: %v", p.PayoutID, err)
 	}
 	const owner = "test-driver"
@@ -320,24 +389,35 @@ func (e *env) refusedAttempt(t testing.TB, p, presented lockapi.SubmissionReques
 		t.Fatalf("lease %s: %v", p.AccountID, err)
 	}
 	defer func() { _ = lease.Release(ctx) }()
-	if _, err := e.payments.Claim(ctx, p.PayoutID, lease.Token(), owner); err != nil {
+	if _, err := e.payments.ClaimWithGrant(ctx, p.PayoutID, lease.Token(), lease.Grant(), owner); err != nil {
 		t.Fatalf("claim %s: %v", p.PayoutID, err)
 	}
-	status, body := submit(t, e.st.ProxyURL, presented, lease.Token(), owner)
+	status, body := e.submit(t, e.st.ProxyURL, presented, lease, owner)
 	if status != http.StatusConflict || body["code"] != lockapi.CodeNotInBooks || body["mismatch"] != mismatch {
 		t.Fatalf("%s presented otherwise than booked: %d %v, want 409 %s (%s)", p.PayoutID, status, body, lockapi.CodeNotInBooks, mismatch)
 	}
 }
 
-// runProxy runs a rail-proxy with cfg on a free loopback port until the test
-// ends (then stops it and runs after), and returns its base URL once it is live.
-func runProxy(t testing.TB, name string, cfg railproxy.Config, after func()) string {
+// runProxy runs a rail-proxy of the stack's kind on its paydb — its identity
+// and grant key set with identities, UNSAFE_NO_AUTH without — with the settings
+// of env on a free loopback port until the test ends (then stops it and runs
+// after), and returns its base URL once it is live.
+func (e *env) runProxy(t testing.TB, name string, env map[string]string, after func()) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
+	vars := e.st.WorkloadEnv(identity.NameRailProxy)
+	maps.Copy(vars, e.st.GrantSettings()["rail-proxy"])
+	vars["PAYDB_URL"] = e.st.PaydbURL
+	vars["UNSAFE_NON_DURABLE_DB"] = "true" // the throwaway test cluster runs with fsync off
+	vars["RAIL_PROXY_ADDR"] = ln.Addr().String()
+	maps.Copy(vars, env)
+	_, cfg, err := railproxy.ParseConfig(nil, func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -351,7 +431,7 @@ func runProxy(t testing.TB, name string, cfg railproxy.Config, after func()) str
 			after()
 		}
 	})
-	url := "http://" + ln.Addr().String()
-	testkit.WaitHTTP(t, testHTTP, 20*time.Second, url+"/livez", http.StatusOK)
+	url := e.scheme() + ln.Addr().String()
+	testkit.WaitHTTP(t, e.st.HTTPClient(identity.NameOps, identity.NameRailProxy), 20*time.Second, url+"/livez", http.StatusOK)
 	return url
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/reconcile"
@@ -96,6 +97,9 @@ func TestMigrateAndRefuseBehindSchema(t *testing.T) {
 	ctx := context.Background()
 	cfg := reconcile.DefaultConfig()
 	cfg.PaydbURL, cfg.SettleToken, cfg.LogOutput = pgtest.EmptyURL(t), goodToken, &logcapture.Buffer{}
+	// About the schema and the database's durability, not identity
+	// (docs/contracts/workload-identity.md).
+	cfg.Identity.UnsafeNoAuth = true
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +178,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 			t.Errorf("%s = %v, want 0", s, v)
 		}
 	}
-	code, body := readyz(t, rec.URL)
+	code, body := readyz(t, rec.Client, rec.URL)
 	if code != http.StatusOK || body.Components["db"].Status != "UP" || body.Components["railProxy"].Status != "UP" {
 		t.Fatalf("readyz: %d %+v", code, body)
 	}
@@ -184,7 +188,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadURL := "http://" + dead.Addr().String()
+	deadURL := e.scheme() + dead.Addr().String()
 	_ = dead.Close()
 	cfg := e.cfg
 	cfg.RailProxyURL, cfg.Interval = deadURL, time.Hour
@@ -203,17 +207,18 @@ func TestMetricsAndReadiness(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	url := "http://" + ln.Addr().String()
-	testkit.WaitHTTP(t, nil, 15*time.Second, url+"/livez", 0)
-	code, body = readyz(t, url)
+	url := e.scheme() + ln.Addr().String()
+	ops := e.st.HTTPClient(identity.NameOps, identity.NameReconciler)
+	testkit.WaitHTTP(t, ops, 15*time.Second, url+"/livez", 0)
+	code, body = readyz(t, ops, url)
 	if code != http.StatusServiceUnavailable || body.Components["railProxy"].Status != "DOWN" || body.Components["db"].Status != "UP" {
 		t.Fatalf("readyz without rail-proxy: %d %+v, want 503 with railProxy DOWN", code, body)
 	}
 }
 
-func readyz(t testing.TB, url string) (int, serve.Readiness) {
+func readyz(t testing.TB, client *http.Client, url string) (int, serve.Readiness) {
 	t.Helper()
-	resp, err := http.Get(url + "/readyz")
+	resp, err := client.Get(url + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,13 @@ package reconcile_test
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"lock.dev/internal/railproxy"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/stack"
 	"lock.dev/lockapi"
 )
@@ -48,11 +47,11 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 		{"seq": 4, "receivedAt": at, "reference": "p-tab", "accountId": "acct-3", "amountMinor": 300, "currency": "EUR",
 			"beneficiary": "NL91ABNA\t0417164300", "result": "ACCEPTED", "railReference": "RS-4", "reason": nil},
 	}
-	proxy := statementProxy(t, e.st.PaydbURL, calls)
+	proxy := e.statementProxy(t, calls)
 	e.cfg.RailProxyURL = proxy
 
 	// rail-proxy relays the page whole, the unstorable text as the rail gave it.
-	resp, err := testHTTP.Get(proxy + "/v1/rail/statement")
+	resp, err := e.st.HTTPClient(identity.NameReconciler, identity.NameRailProxy).Get(proxy + "/v1/rail/statement")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +111,7 @@ func TestUnstorableLineIsAnException(t *testing.T) {
 
 // statementProxy runs a rail-proxy on paydb whose rail serves calls as its call
 // log (GET /rail/v1/calls), paged by after and limit.
-func statementProxy(t *testing.T, paydbURL string, calls []map[string]any) string {
+func (e *env) statementProxy(t *testing.T, calls []map[string]any) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /rail/v1/health", func(http.ResponseWriter, *http.Request) {})
@@ -127,9 +126,6 @@ func statementProxy(t *testing.T, paydbURL string, calls []map[string]any) strin
 		}
 		lockapi.WriteJSON(w, http.StatusOK, map[string]any{"calls": page})
 	})
-	rail := httptest.NewServer(mux)
-	t.Cleanup(rail.Close)
-	cfg := railproxy.DefaultConfig()
-	cfg.PaydbURL, cfg.RailBaseURL = paydbURL, rail.URL
-	return runProxy(t, "statement rail-proxy", cfg, nil)
+	rail := e.serveRail(t, mux)
+	return e.runProxy(t, "statement rail-proxy", map[string]string{"RAIL_BASE_URL": rail}, nil)
 }
