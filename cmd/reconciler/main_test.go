@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/testkit"
 )
@@ -44,7 +45,8 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{"RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL",
-		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL", "UNSAFE_NON_DURABLE_DB"} {
+		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL", "UNSAFE_NON_DURABLE_DB",
+		"TLS_CERT_FILE", "UNSAFE_NO_AUTH", "HEALTH_ADDR", "RAIL_PROXY_ID", "PAYMENT_RESOURCE_ID"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("--help lacks %s:\n%s", s, out.String())
 		}
@@ -77,7 +79,34 @@ func TestBinary(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	env := []string{"PAYDB_URL=" + dbURL, "RECONCILER_ADDR=" + addr, "LOG_LEVEL=debug", token}
+	// Without TLS settings serve refuses to start, exit 2 naming the first; with
+	// them, an http:// URL is refused, exit 2 naming it
+	// (docs/contracts/workload-identity.md). Neither reaches paydb.
+	certs := t.TempDir() + "/certs"
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: certs}); err != nil {
+		t.Fatal(err)
+	}
+	f := identity.Files(certs, identity.NameReconciler)
+	tlsEnv := []string{"TLS_CERT_FILE=" + f.CertFile, "TLS_KEY_FILE=" + f.KeyFile, "TLS_CA_FILE=" + f.CAFile}
+	for _, c := range []struct {
+		env  []string
+		name string
+	}{
+		{[]string{"PAYDB_URL=" + dbURL, token}, "TLS_CERT_FILE"},
+		{append([]string{"PAYDB_URL=" + dbURL, token, "RAIL_PROXY_URL=https://127.0.0.1:1"}, tlsEnv...), "PAYMENT_RESOURCE_URL"},
+		{append([]string{"PAYDB_URL=" + dbURL, token, "PAYMENT_RESOURCE_URL=https://127.0.0.1:1"}, tlsEnv...), "RAIL_PROXY_URL"},
+		{append([]string{"PAYDB_URL=" + dbURL, token, "RAIL_PROXY_URL=https://127.0.0.1:1", "PAYMENT_RESOURCE_URL=https://127.0.0.1:1",
+			"RAIL_PROXY_ID=rail-proxy"}, tlsEnv...), "RAIL_PROXY_ID"},
+	} {
+		_, stderr, code := testkit.RunMain(runMainEnv, c.env, "serve")
+		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, c.name) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line naming %s", c.env, code, stderr, c.name)
+		}
+	}
+
+	// The rest is about the schema, the database's durability and the process,
+	// not identity: plaintext.
+	env := []string{"PAYDB_URL=" + dbURL, "RECONCILER_ADDR=" + addr, "LOG_LEVEL=debug", token, "UNSAFE_NO_AUTH=true"}
 	var stderr bytes.Buffer
 	cmd = testkit.MainCommand(runMainEnv, env, "serve")
 	cmd.Stderr = &stderr
