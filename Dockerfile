@@ -8,8 +8,9 @@
 #
 # Binaries are static (CGO_ENABLED=0) and run as distroless's nonroot user
 # (65532) on a base with no shell and no package manager. Compose health checks
-# use the healthcheck binary (GET a URL, exit 0 on 200); Kubernetes probes the
-# same paths itself.
+# use the healthcheck binary (GET a URL, exit 0 on 200) on each service's
+# plaintext HEALTH_ADDR port; Kubernetes probes the same paths itself. The API
+# ports speak mutual TLS (docs/contracts/workload-identity.md).
 
 ARG GO_VERSION=1.26.8
 
@@ -40,7 +41,8 @@ LABEL org.opencontainers.image.title="lock.dev" \
 COPY --from=build /out/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /rootfs/ /
 USER 65532:65532
-# lock-server, payment-resource, rail-proxy, rail-stub, executor, reconciler (docs/contracts/configuration.md).
-EXPOSE 8081 8082 8083 8084 8085 8086
+# lock-server, payment-resource, rail-proxy, rail-stub, executor, reconciler (docs/contracts/configuration.md),
+# then their HEALTH_ADDR ports as deploy/ sets them.
+EXPOSE 8081 8082 8083 8084 8085 8086 9081 9082 9083 9084 9085 9086
 # No ENTRYPOINT: the command names the binary (PATH holds /usr/local/bin).
 CMD ["lock-server", "--help"]

@@ -3,6 +3,7 @@ package deploytest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -149,7 +150,9 @@ func TestComposeFile(t *testing.T) {
 		if len(s.Command) == 0 || s.Command[0] != binary {
 			t.Errorf("%s: command %v, want %s", name, s.Command, binary)
 		}
-		want := []string{"CMD", "healthcheck", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[binary])}
+		// the health port: plaintext, no client certificate (the image's
+		// healthcheck presents none)
+		want := []string{"CMD", "healthcheck", fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPorts[binary])}
 		if s.HealthCheck == nil || !slices.Equal(s.HealthCheck.Test, want) {
 			t.Errorf("%s: health check %v, want %v", name, s.HealthCheck, want)
 		}
@@ -176,8 +179,8 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// Prometheus scrapes every lock.dev process on its port
-// (docs/contracts/configuration.md), loads the alert rules, and Grafana is
+// Prometheus scrapes every lock.dev process on its health port
+// (docs/contracts/workload-identity.md), loads the alert rules, and Grafana is
 // provisioned with the datasource and the dashboard.
 func TestComposeObservability(t *testing.T) {
 	dir := root(t)
@@ -205,7 +208,7 @@ func TestComposeObservability(t *testing.T) {
 		}
 	}
 	for name, binary := range composeServices {
-		if tg := fmt.Sprintf("%s:%d", name, ports[binary]); !targets[tg] {
+		if tg := fmt.Sprintf("%s:%d", name, healthPorts[binary]); !targets[tg] {
 			t.Errorf("prometheus does not scrape %s", tg)
 		}
 	}
@@ -238,5 +241,103 @@ func TestComposeObservability(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "deploy", "compose", "grafana", "provisioning", f)); err != nil {
 			t.Errorf("grafana provisioning: %v", err)
 		}
+	}
+}
+
+// Every lock.dev service of compose.yaml runs with identities on
+// (docs/contracts/workload-identity.md): its own SVID and key and the CA from
+// the certificates `lock-server certs` made (gen-secrets.sh), https URLs for
+// its callees, HEALTH_ADDR on its health port, never UNSAFE_NO_AUTH; rail-stub
+// is not published on the host; the CA's key is mounted nowhere; and each
+// service connects to its database as its own login, the one the migrations
+// grant (docs/contracts/database.md).
+func TestComposeRunsWithIdentitiesAndOwnLogins(t *testing.T) {
+	p := loadCompose(t)
+	certs := filepath.Join(root(t), "deploy", "compose", "secrets", "certs")
+	for name, binary := range composeServices {
+		s := p.Services[name]
+		env := func(k string) string {
+			if v := s.Environment[k]; v != nil {
+				return *v
+			}
+			return ""
+		}
+		mountedAs := map[string]string{} // target file → secret file
+		for _, sec := range s.Secrets {
+			target := sec.Target
+			if target == "" {
+				target = sec.Source
+			}
+			mountedAs["/run/secrets/"+target] = p.Secrets[sec.Source].File
+		}
+		for k, want := range map[string]string{"TLS_CERT_FILE": binary + ".pem", "TLS_KEY_FILE": binary + ".key", "TLS_CA_FILE": "ca.pem"} {
+			if got := mountedAs[env(k)]; got != filepath.Join(certs, want) {
+				t.Errorf("%s: %s=%q mounts %q, want certs/%s", name, k, env(k), got, want)
+			}
+		}
+		if _, set := s.Environment["UNSAFE_NO_AUTH"]; set {
+			t.Errorf("%s: UNSAFE_NO_AUTH is set; compose runs with identities on", name)
+		}
+		if got, want := env("HEALTH_ADDR"), fmt.Sprintf(":%d", healthPorts[binary]); got != want {
+			t.Errorf("%s: HEALTH_ADDR=%q, want %q", name, got, want)
+		}
+		for k, v := range s.Environment {
+			if v != nil && strings.HasSuffix(k, "_URL") && !strings.HasSuffix(k, "DB_URL") && !strings.HasPrefix(*v, "https://") {
+				t.Errorf("%s: %s=%q, want an https URL", name, k, *v)
+			}
+		}
+	}
+	if ps := p.Services["rail-stub"].Ports; len(ps) > 0 {
+		t.Errorf("rail-stub is published on the host (%v); only rail-proxy reaches a rail", ps)
+	}
+	for name, sec := range p.Secrets {
+		if strings.HasSuffix(sec.File, "ca.key") {
+			t.Errorf("secret %s is the CA's key; it signs SVIDs and is mounted nowhere", name)
+		}
+	}
+
+	// database logins: migrate as the owner, granting the login each service uses
+	login := func(service, env string) string {
+		v := p.Services[service].Environment[env]
+		if v == nil {
+			return ""
+		}
+		u, err := url.Parse(*v)
+		if err != nil {
+			t.Fatalf("%s: %s does not parse", service, env)
+		}
+		return u.User.Username()
+	}
+	roleOf := func(service, env string) string {
+		if v := p.Services[service].Environment[env]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	uses := map[string]string{
+		"lock-server":      roleOf("lockdb-migrate", "LOCKDB_ROLE_LOCK_SERVER"),
+		"rail-proxy":       roleOf("paydb-migrate", "PAYDB_ROLE_RAIL_PROXY"),
+		"payment-resource": roleOf("paydb-migrate", "PAYDB_ROLE_PAYMENT"),
+		"reconciler":       roleOf("paydb-migrate", "PAYDB_ROLE_RECONCILER"),
+	}
+	owners := map[string]bool{login("lockdb-migrate", "LOCKDB_URL"): true, login("paydb-migrate", "PAYDB_URL"): true}
+	seen := map[string]string{}
+	for service, role := range uses {
+		env := "PAYDB_URL"
+		if service == "lock-server" {
+			env = "LOCKDB_URL"
+		}
+		got := login(service, env)
+		switch {
+		case role == "":
+			t.Errorf("the migration grants no login for %s", service)
+		case got != role:
+			t.Errorf("%s connects as %q, want %q, the login the migration grants", service, got, role)
+		case owners[got]:
+			t.Errorf("%s connects as the owner %q: an owner bypasses every grant", service, got)
+		case seen[got] != "":
+			t.Errorf("%s and %s share the login %q", service, seen[got], got)
+		}
+		seen[got] = service
 	}
 }
