@@ -1,22 +1,30 @@
 package railproxy
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/testkit"
@@ -40,6 +48,13 @@ import (
 //	                      in paydb's payout table before the clock starts; false (the
 //	                      default) runs it off, as the shared bench does
 //	                      (docs/contracts/books.md)
+//	BENCH_IDENTITY        true serves BenchmarkAdmission's proxy over mutual TLS, its
+//	                      clients presenting the executor's SVID (TLS 1.3, session
+//	                      cache, keep-alive connections); false (the default) runs
+//	                      it plaintext, as the shared bench does; grants are not
+//	                      verified either way (docs/contracts/workload-identity.md)
+//	BENCH_IDLE_CONNS      BenchmarkIdleConnRSS's idle connections (1000)
+//	BENCH_BINARY          BenchmarkIdleConnRSS's rail-proxy binary; empty builds cmd/rail-proxy
 
 func benchEnv(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -61,6 +76,49 @@ func benchBooks(b *testing.B) bool {
 	return on
 }
 
+// benchIdentity is BENCH_IDENTITY: whether the proxy serves mutual TLS.
+func benchIdentity(b *testing.B) bool {
+	v := os.Getenv("BENCH_IDENTITY")
+	if v == "" {
+		return false
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		b.Fatalf("BENCH_IDENTITY=%q: %v", v, err)
+	}
+	return on
+}
+
+// benchCerts writes a throwaway certificate set and returns its directory.
+func benchCerts(b *testing.B) string {
+	b.Helper()
+	dir := filepath.Join(b.TempDir(), "certs")
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}
+
+// benchTLS is the executor's client configuration towards rail-proxy, from the
+// certificate set in dir: TLS 1.3 with a session cache (identity.Source.ClientConfig).
+func benchTLS(b *testing.B, dir string) *tls.Config {
+	b.Helper()
+	src, err := identity.Load(identity.Files(dir, identity.NameExecutor), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return src.ClientConfig(spiffeid.RequireFromString(identity.DefaultID(identity.NameRailProxy)))
+}
+
+// cpuTime is the CPU time, user and system, this process has used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // benchSystem is a durable paydb, a zero-latency rail-stub and a proxy.
 type benchSystem struct {
 	proxyURL string
@@ -71,6 +129,12 @@ type benchSystem struct {
 }
 
 func startBenchSystem(b *testing.B, stubLatencyMs int, books bool) *benchSystem {
+	return startBenchSystemID(b, stubLatencyMs, books, false)
+}
+
+// startBenchSystemID is startBenchSystem with the proxy serving mutual TLS
+// when tlsOn, its client presenting the executor's SVID.
+func startBenchSystemID(b *testing.B, stubLatencyMs int, books, tlsOn bool) *benchSystem {
 	b.Helper()
 	ctx := context.Background()
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: os.Getenv("BENCH_DURABLE") != "0"})
@@ -96,6 +160,16 @@ func startBenchSystem(b *testing.B, stubLatencyMs int, books bool) *benchSystem 
 	cfg.BooksCheck = books
 	cfg.LogLevel = "info" // production's level: one submission_resolved line per submission
 	cfg.PaydbMaxConns = benchEnv("BENCH_PAYDB_MAX_CONNS", 32)
+	scheme, transport := "http://", &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096}
+	if tlsOn {
+		// Mutual TLS with the proxy's own SVID; UnsafeNoAuth only lifts the
+		// refusal to start without a grant key set, so that the two runs differ
+		// by TLS alone.
+		certs := benchCerts(b)
+		cfg.Identity = identity.Files(certs, identity.NameRailProxy)
+		cfg.Identity.UnsafeNoAuth = true
+		scheme, transport.TLSClientConfig = "https://", benchTLS(b, certs)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -110,12 +184,11 @@ func startBenchSystem(b *testing.B, stubLatencyMs int, books bool) *benchSystem 
 		<-done
 	})
 	s := &benchSystem{
-		proxyURL: "http://" + ln.Addr().String(),
+		proxyURL: scheme + ln.Addr().String(),
 		stubURL:  stub.URL,
 		dbURL:    dbURL,
 		books:    books,
-		client: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096},
-			Timeout: 30 * time.Second},
+		client:   &http.Client{Transport: transport, Timeout: 30 * time.Second},
 	}
 	testkit.WaitHTTP(b, s.client, 20*time.Second, s.proxyURL+"/readyz", http.StatusOK)
 	return s
@@ -231,11 +304,14 @@ func percentile(d []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BenchmarkAdmission: closed loop, BENCH_CLIENTS clients, every submission
-// ACKED by a zero-latency rail-stub. Reports submissions/s and latency p50/p99.
-// Each client makes its share of the b.N submissions, drawn (and, with
-// BENCH_BOOKS_CHECK, booked) before the clock starts.
+// ACKED by a zero-latency rail-stub. Reports submissions/s, latency p50/p99 and
+// the CPU time per submission of this process — the clients, the proxy and the
+// rail-stub, not PostgreSQL. Each client makes its share of the b.N
+// submissions, drawn (and, with BENCH_BOOKS_CHECK, booked) before the clock
+// starts. With BENCH_IDENTITY the proxy serves mutual TLS; the warm-up
+// submissions make each client's connection and its handshake.
 func BenchmarkAdmission(b *testing.B) {
-	s := startBenchSystem(b, 0, benchBooks(b))
+	s := startBenchSystemID(b, 0, benchBooks(b), benchIdentity(b))
 	clients := benchEnv("BENCH_CLIENTS", 32)
 	l := newLoad(benchEnv("BENCH_ACCOUNTS", 1000))
 	plans := make([][]planned, clients)
@@ -252,7 +328,7 @@ func BenchmarkAdmission(b *testing.B) {
 	lat := make([][]time.Duration, clients)
 	var failed atomic.Int64
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime(b)
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
@@ -267,13 +343,14 @@ func BenchmarkAdmission(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime(b)-cpu0
 	b.StopTimer()
 	if f := failed.Load(); f > 0 {
 		b.Fatalf("%d of %d submissions not ACKED", f, b.N)
 	}
 	all := slices.Concat(lat...)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "submissions/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/submission")
 	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
 	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
 	b.ReportMetric(0, "ns/op")
@@ -424,4 +501,155 @@ func BenchmarkInflightRSS(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkIdleConnRSS: the real rail-proxy binary (built by the benchmark)
+// holds BENCH_IDLE_CONNS idle keep-alive connections, each having answered one
+// GET /livez; reports the process's resident set before and after they were
+// opened, and the difference per connection. With BENCH_IDENTITY the proxy
+// serves mutual TLS and each connection is a full handshake with the
+// executor's SVID (no session resumption: each is a workload's first).
+func BenchmarkIdleConnRSS(b *testing.B) {
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cluster.Stop() })
+	if err := cluster.CreateDatabase(ctx, "paydb", ""); err != nil {
+		b.Fatal(err)
+	}
+	dbURL := cluster.URL("paydb")
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := paydb.Tree().Migrate(ctx, pool, nil); err != nil {
+		b.Fatal(err)
+	}
+	pool.Close()
+	stub := startStub(b, 0)
+	n := benchEnv("BENCH_IDLE_CONNS", 1000)
+	tlsOn := benchIdentity(b)
+	env := []string{"UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL=" + dbURL, "RAIL_BASE_URL=" + stub.URL, "LOG_LEVEL=warn",
+		"RAIL_PROXY_BOOKS_CHECK=false"}
+	var cfg *tls.Config
+	if tlsOn {
+		certs := benchCerts(b)
+		id := identity.Files(certs, identity.NameRailProxy)
+		env = append(env, "TLS_CERT_FILE="+id.CertFile, "TLS_KEY_FILE="+id.KeyFile, "TLS_CA_FILE="+id.CAFile)
+		cfg = benchTLS(b, certs)
+		cfg.ClientSessionCache = nil // every connection a full handshake
+	}
+	addr, pid := startBinaryAddr(b, env...)
+	rss := func() float64 {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				return kb / 1024
+			}
+		}
+		b.Fatal("no VmRSS")
+		return 0
+	}
+	// open makes one connection and has it answer GET /livez, leaving it open.
+	open := func() (net.Conn, error) {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		var c net.Conn
+		var err error
+		if cfg != nil {
+			c, err = tls.DialWithDialer(d, "tcp", addr, cfg)
+		} else {
+			c, err = d.Dial("tcp", addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: rail-proxy\r\n\r\n"); err != nil {
+			c.Close()
+			return nil, err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			c.Close()
+			return nil, fmt.Errorf("GET /livez: %d", resp.StatusCode)
+		}
+		return c, nil
+	}
+	// A few connections first, so the figure is the connections' and not the
+	// first handshake's one-time allocations.
+	for range 10 {
+		c, err := open()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	time.Sleep(time.Second)
+	b.ResetTimer()
+	for range b.N {
+		before := rss()
+		conns := make([]net.Conn, 0, n)
+		for range n {
+			c, err := open()
+			if err != nil {
+				b.Fatalf("connection %d: %v", len(conns), err)
+			}
+			conns = append(conns, c)
+		}
+		time.Sleep(time.Second)
+		after := rss()
+		for _, c := range conns {
+			c.Close()
+		}
+		b.ReportMetric(before, "rss-before-MiB")
+		b.ReportMetric(after, "rss-after-MiB")
+		b.ReportMetric((after-before)*1024/float64(n), "KiB/conn")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// startBinaryAddr builds cmd/rail-proxy, starts it with env on a free loopback
+// port and HEALTH_ADDR on another, waits until the plaintext health listener
+// answers /livez, and returns the main listener's address and the process id.
+func startBinaryAddr(b *testing.B, env ...string) (addr string, pid int) {
+	b.Helper()
+	bin := os.Getenv("BENCH_BINARY")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "rail-proxy")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "lock.dev/cmd/rail-proxy").CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	addr, health := free(), free()
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), "RAIL_PROXY_ADDR="+addr, "HEALTH_ADDR="+health, "UNSAFE_NO_AUTH=true"), env...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitLive(b, "http://"+health)
+	return addr, cmd.Process.Pid
 }
