@@ -71,7 +71,7 @@ func TestIdentityRowsRefusedWithIdentities(t *testing.T) {
 		t.Error("the section's verdict is not OK")
 	}
 	out := identityTable(r)
-	t.Logf("\n%s", out)
+	t.Logf("\n%s\nrow 2's failure: %s", out, r.Rows[1].Error)
 	for _, want := range []string{"403 FORBIDDEN; no lease in lockdb", "the TLS handshake failed", "401 GRANT_REJECTED workload_mismatch",
 		"403 NOT_LEASE_HOLDER; lease unchanged", "403 NOT_LEASE_HOLDER; lease still held", "403 FORBIDDEN; no payout row",
 		"409 NOT_IN_BOOKS not_found", "409 NOT_IN_BOOKS beneficiary", "identities on", "PASS"} {
