@@ -2,8 +2,14 @@ package executor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,8 +96,8 @@ func TestExecutorRefusesAServerWithAnotherID(t *testing.T) {
 	testkit.EventuallyState(t, 30*time.Second, "the executor to fail acquiring a lease", func() (bool, string) {
 		return r.logs.eventCount("acquire_failed") >= 3, fmt.Sprint(r.logs.eventCount("acquire_failed"))
 	})
-	if !r.logs.contains(`"event":"acquire_failed"`, "tls:", identity.DefaultID(identity.NamePaymentResource)) {
-		t.Errorf("acquire_failed does not name the TLS failure and the ID presented:\n%s", r.logs.String())
+	if !r.logs.contains(`"event":"acquire_failed"`, identity.DefaultID(identity.NamePaymentResource)) {
+		t.Errorf("acquire_failed does not name the ID the server presented:\n%s", r.logs.String())
 	}
 	for _, p := range ps {
 		if row := payout(t, st, p.PayoutID); row.status != lockapi.StatusPending || row.claimedBy != nil {
@@ -107,5 +113,72 @@ func TestExecutorRefusesAServerWithAnotherID(t *testing.T) {
 	}
 	if strings.Contains(r.logs.String(), `"event":"claim_failed"`) {
 		t.Errorf("the executor tried to claim without a lease")
+	}
+}
+
+// A grant is bound to the workload that took the lease: when the fence point
+// sees another workload present it — here a TLS-terminating front before
+// payment-resource (as a mesh sidecar would be) that presents
+// payment-resource's SVID to the executor but calls payment-resource with its
+// own (ops, given the worker role) — the claim is refused 401 GRANT_REJECTED,
+// reason workload_mismatch. The executor treats it as the answer it is: the
+// cycle ends, the claim is never sent again under that lease, the reason is
+// logged, and nothing is claimed.
+func TestWorkloadMismatchIsARefusalNotRetried(t *testing.T) {
+	t.Parallel()
+	st, _ := startStack(t, map[string]map[string]string{
+		"payment-resource": {"PAYMENT_WORKERS": identity.DefaultIDs(identity.NameExecutor, identity.NameOps)},
+	})
+	ps := createPayouts(t, st, "wmis", 1, 1)
+	src, err := st.Source(identity.NamePaymentResource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(st.PaymentURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = st.HTTPClient(identity.NameOps, identity.NamePaymentResource).Transport
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/claim") {
+			claims.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = front.Serve(tls.NewListener(ln, src.ServerConfig())) }()
+	t.Cleanup(func() { _ = front.Close() })
+
+	r := startExecutor(t, st, "exec-mis", func(c *executor.Config) {
+		c.PaymentResourceURL = "https://" + ln.Addr().String()
+		c.Workers = 1
+	})
+	testkit.EventuallyState(t, 30*time.Second, "claims refused", func() (bool, string) {
+		return claims.Load() >= 3, fmt.Sprint(claims.Load())
+	})
+	r.stop(t)
+	if !r.logs.contains(`"event":"claim_failed"`, `"reason":"workload_mismatch"`, lockapi.CodeGrantRejected) {
+		t.Fatalf("no claim_failed naming GRANT_REJECTED workload_mismatch:\n%s", r.logs.String())
+	}
+	var leases int64
+	if err := st.Lockdb.QueryRow(context.Background(), `SELECT count(*) FROM lock_grant WHERE lock_name = $1`,
+		lockapi.AccountLockName(ps[0].AccountID)).Scan(&leases); err != nil {
+		t.Fatal(err)
+	}
+	if n := claims.Load(); n > leases || int64(r.logs.eventCount("claim_failed")) != n {
+		t.Errorf("%d claims sent under %d leases, %d logged claim_failed: want at most one claim per lease, each logged",
+			n, leases, r.logs.eventCount("claim_failed"))
+	}
+	if row := payout(t, st, ps[0].PayoutID); row.status != lockapi.StatusPending {
+		t.Errorf("the payout is %s, want PENDING", row.status)
+	}
+	v, err := st.ReadMetric(context.Background(), identity.NamePaymentResource, `grant_rejected_total{reason="workload_mismatch"}`)
+	if err != nil || v < 3 {
+		t.Errorf(`payment-resource's grant_rejected_total{reason="workload_mismatch"} = %v (%v), want the refusals counted`, v, err)
 	}
 }
