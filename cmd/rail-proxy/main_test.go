@@ -76,7 +76,8 @@ func TestBinary(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info", "UNSAFE_NON_DURABLE_DB=true",
+	// About the schema check, not identity (docs/contracts/workload-identity.md).
+	env := []string{"PAYDB_URL=" + dbURL, "RAIL_PROXY_ADDR=" + addr, "LOG_LEVEL=info", "UNSAFE_NON_DURABLE_DB=true", "UNSAFE_NO_AUTH=true",
 		"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1"}
 	var stderr bytes.Buffer
 	cmd = testkit.MainCommand(runMainEnv, env, "serve")
