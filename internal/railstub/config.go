@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 )
@@ -26,8 +29,27 @@ type Config struct {
 	Seed        *int64  // RAIL_STUB_SEED; nil picks a random seed, which is logged
 	CallLogPath string  // RAIL_STUB_CALL_LOG; empty keeps the call log in memory only
 
-	Listener  net.Listener // when set, serve on it instead of listening on Addr
-	LogOutput io.Writer    // nil means os.Stdout
+	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
+	// (docs/contracts/workload-identity.md): with the three files set the stub
+	// serves mutual TLS only; Run refuses to start without them unless
+	// UNSAFE_NO_AUTH=true.
+	Identity identity.Settings
+	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics (only) also
+	// served there, plaintext, for probes and scrapes without an SVID.
+	HealthAddr string
+	// Clients is RAIL_STUB_CLIENTS, Readers RAIL_STUB_READERS and Admins
+	// RAIL_STUB_ADMINS: comma-separated SPIFFE IDs allowed to pay, to read the
+	// call log, and to use the test double's admin routes (reset the call log,
+	// read and set chaos); enforced only when the stub serves mutual TLS.
+	Clients string
+	Readers string
+	Admins  string
+
+	Listener net.Listener // when set, serve on it instead of listening on Addr
+	// HealthListener, when set, is served instead of listening on HealthAddr
+	// (tests).
+	HealthListener net.Listener
+	LogOutput      io.Writer // nil means os.Stdout
 
 	// drainReplies is how long a delayed reply may still be sent once shutdown
 	// has begun; 0 means serve.ShutdownGrace less a second. A test hook.
@@ -36,7 +58,29 @@ type Config struct {
 
 // DefaultConfig is the configuration with every default (docs/contracts/configuration.md).
 func DefaultConfig() Config {
-	return Config{Addr: ":8084", LogLevel: "info"}
+	return Config{Addr: ":8084", LogLevel: "info",
+		Clients: identity.DefaultIDs(identity.NameRailProxy),
+		Readers: identity.DefaultIDs(identity.NameRailProxy, identity.NameOps),
+		Admins:  identity.DefaultIDs(identity.NameOps)}
+}
+
+// roles are the allowed callers of each route a role guards.
+type roles struct{ clients, readers, admins []spiffeid.ID }
+
+// roles parses the three role settings; an error names the setting.
+func (c Config) roles() (roles, error) {
+	var r roles
+	var err error
+	if r.clients, err = identity.ParseRole("RAIL_STUB_CLIENTS", c.Clients); err != nil {
+		return r, err
+	}
+	if r.readers, err = identity.ParseRole("RAIL_STUB_READERS", c.Readers); err != nil {
+		return r, err
+	}
+	if r.admins, err = identity.ParseRole("RAIL_STUB_ADMINS", c.Admins); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // Validate checks every bound; an error names the variable.
@@ -55,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if !validRate(c.DropRate) {
 		return serve.Invalid("RAIL_STUB_DROP_RATE", "must be between 0 and 1, got %v", c.DropRate)
+	}
+	if _, err := c.roles(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -81,6 +128,10 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.Float(&cfg.DropRate, "RAIL_STUB_DROP_RATE", def.DropRate, "fraction of accepted payments whose connection is closed without a reply, 0..1 (default 0)")
 		s.String(&seed, "RAIL_STUB_SEED", "", "seed of the chaos decisions, a 64-bit integer; (default: a random one, logged at start)")
 		s.String(&cfg.CallLogPath, "RAIL_STUB_CALL_LOG", def.CallLogPath, "JSON-lines file every call is appended to (fsynced) and loaded from at start; (default: none, calls kept in memory only)")
+		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
+		s.String(&cfg.Clients, "RAIL_STUB_CLIENTS", def.Clients, "SPIFFE IDs, comma-separated, that may present payments (docs/contracts/workload-identity.md)")
+		s.String(&cfg.Readers, "RAIL_STUB_READERS", def.Readers, "SPIFFE IDs, comma-separated, that may read the call log")
+		s.String(&cfg.Admins, "RAIL_STUB_ADMINS", def.Admins, "SPIFFE IDs, comma-separated, that may reset the call log and read and set chaos")
 	})
 	if err != nil {
 		return cmd, cfg, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"lock.dev/internal/fastserve"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/logcapture"
 	"lock.dev/lockapi"
 )
@@ -30,6 +31,9 @@ type testStub struct {
 func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	t.Helper()
 	cfg := DefaultConfig()
+	// about the rail double, not identity (docs/contracts/workload-identity.md);
+	// identity_test.go serves the stub over mutual TLS.
+	cfg.Identity = unsafeNoAuth()
 	seed := int64(1)
 	cfg.Seed = &seed
 	logs := &syncBuffer{}
@@ -202,3 +206,7 @@ func fields(t *testing.T, p *lockapi.Problem) []string {
 	}
 	return out
 }
+
+// unsafeNoAuth is the identity settings of a test about something else than
+// identity (docs/contracts/workload-identity.md): Run serves plaintext.
+func unsafeNoAuth() identity.Settings { return identity.Settings{UnsafeNoAuth: true} }

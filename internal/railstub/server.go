@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -19,19 +20,41 @@ import (
 
 	"lock.dev/api"
 	"lock.dev/internal/fastserve"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 )
 
+// The routes a role guards: the operationIds of api/rail-stub.json, the values
+// of authz_denied_total's route label.
+const (
+	routePay        = "pay"
+	routeListCalls  = "listCalls"
+	routeResetCalls = "resetCalls"
+	routeGetChaos   = "getChaos"
+	routePutChaos   = "putChaos"
+)
+
+// guardedRoutes are every route a role guards; the rail's health, health,
+// metrics and the document need a certificate from the bundle and no role.
+func guardedRoutes() []string {
+	return []string{routePay, routeListCalls, routeResetCalls, routeGetChaos, routePutChaos}
+}
+
 // Stub is one rail-stub: its call log, chaos and HTTP surface.
 type Stub struct {
-	logger   *slog.Logger
-	calls    *callLog
-	chaos    *chaos
-	reg      *prometheus.Registry
-	metrics  *metrics
-	health   *serve.Health
-	handler  http.Handler
+	logger  *slog.Logger
+	calls   *callLog
+	chaos   *chaos
+	reg     *prometheus.Registry
+	metrics *metrics
+	health  *serve.Health
+	handler http.Handler
+	// source is the stub's SVID and trust bundle, nil without identity files;
+	// guard checks each route's role when the stub serves mutual TLS.
+	source   *identity.Source
+	guard    *identity.Guard
+	roles    roles
 	closeLog func() // writes the log lines still batched
 
 	// stopping is closed when shutdown begins; delayed replies still pending
@@ -43,9 +66,15 @@ type Stub struct {
 
 // New builds a stub from cfg. With a call-log file configured it loads the calls
 // already in the file (seq continues after the last) and keeps the file open until
-// Close.
+// Close. With identity files it loads them (an error names the setting) and
+// guards each route by its role; without them the handler lets every caller
+// through — Run refuses to serve so unless UNSAFE_NO_AUTH=true.
 func New(cfg Config) (*Stub, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rs, err := cfg.roles()
+	if err != nil {
 		return nil, err
 	}
 	// On stdout the lines are batched: a write(2) per call, on the way to the
@@ -82,8 +111,18 @@ func New(cfg Config) (*Stub, error) {
 		chaos:        newChaos(Chaos{LatencyMs: cfg.LatencyMs, DeclineRate: cfg.DeclineRate, DropRate: cfg.DropRate, Seed: seed}),
 		reg:          serve.NewRegistry(),
 		health:       serve.NewHealth(),
+		roles:        rs,
 	}
 	s.metrics = newMetrics(s.reg)
+	if cfg.Identity.Enabled() {
+		if s.source, err = identity.Load(cfg.Identity, logger); err != nil {
+			_ = calls.close()
+			closeLog()
+			return nil, err
+		}
+		s.source.Register(s.reg)
+	}
+	s.guard = identity.NewGuard(s.source != nil, guardedRoutes(), s.reg, logger)
 	if cfg.CallLogPath != "" {
 		s.health.Add("callLog", func(context.Context) error { return s.calls.health() })
 	}
@@ -96,14 +135,17 @@ func New(cfg Config) (*Stub, error) {
 	return s, nil
 }
 
-// routes is the whole API of rail-stub.
+// routes is the whole API of rail-stub. The role check comes first, before the
+// body is read: a caller without the route's role is refused 403 FORBIDDEN with
+// nothing booked and nothing changed (docs/contracts/workload-identity.md).
 func (s *Stub) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /rail/v1/payments", s.handlePayment)
-	mux.HandleFunc("GET /rail/v1/calls", s.handleListCalls)
-	mux.HandleFunc("DELETE /rail/v1/calls", s.handleResetCalls)
-	mux.HandleFunc("GET /rail/v1/admin/chaos", s.handleGetChaos)
-	mux.HandleFunc("PUT /rail/v1/admin/chaos", s.handlePutChaos)
+	g, r := s.guard, s.roles
+	mux.HandleFunc("POST /rail/v1/payments", g.Allow(routePay, r.clients, s.handlePayment))
+	mux.HandleFunc("GET /rail/v1/calls", g.Allow(routeListCalls, r.readers, s.handleListCalls))
+	mux.HandleFunc("DELETE /rail/v1/calls", g.Allow(routeResetCalls, r.admins, s.handleResetCalls))
+	mux.HandleFunc("GET /rail/v1/admin/chaos", g.Allow(routeGetChaos, r.admins, s.handleGetChaos))
+	mux.HandleFunc("PUT /rail/v1/admin/chaos", g.Allow(routePutChaos, r.admins, s.handlePutChaos))
 	mux.HandleFunc("GET /rail/v1/health", s.handleHealth)
 	mux.Handle("GET /openapi.json", api.Handler(api.RailStub))
 	serve.Mount(mux, s.health, s.reg)
@@ -124,14 +166,29 @@ func (s *Stub) Close() error {
 // stop tells pending delayed replies that shutdown has begun.
 func (s *Stub) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
-// Run serves a stub until ctx is cancelled, then drains and returns nil.
+// Run serves a stub until ctx is cancelled, then drains and returns nil. It
+// refuses to start without identity files unless UNSAFE_NO_AUTH=true (the error
+// names the first empty setting: exit 2); with them it serves mutual TLS only,
+// the files re-read when they change. HEALTH_ADDR, when set, serves the probe
+// paths plaintext.
 func Run(ctx context.Context, cfg Config) (err error) {
-	s, err := New(cfg)
-	if err != nil {
-		if cfg.Listener != nil {
-			_ = cfg.Listener.Close()
+	refuse := func(err error) error {
+		for _, ln := range []net.Listener{cfg.Listener, cfg.HealthListener} {
+			if ln != nil {
+				_ = ln.Close()
+			}
 		}
 		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return refuse(err)
+	}
+	if err := cfg.Identity.Check(); err != nil {
+		return refuse(err)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		return refuse(err)
 	}
 	defer func() {
 		if cerr := s.Close(); cerr != nil {
@@ -140,12 +197,62 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}()
 	ln, err := serve.Listen(cfg.Addr, cfg.Listener)
 	if err != nil {
+		if cfg.HealthListener != nil {
+			_ = cfg.HealthListener.Close()
+		}
 		return err
+	}
+	hctx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	healthDone, err := s.serveHealth(hctx, cfg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	identity.Announce(ctx, s.reg, s.logger, s.source != nil,
+		"TLS_CERT_FILE, TLS_KEY_FILE or TLS_CA_FILE is empty: plaintext, callers not verified")
+	if s.source != nil {
+		go s.source.Watch(ctx)
+		s.logger.Info("serving mutual TLS", "event", "tls_enabled", "id", s.source.ID().String(),
+			"clients", identity.IDsString(s.roles.clients), "readers", identity.IDsString(s.roles.readers),
+			"admins", identity.IDsString(s.roles.admins))
+		ln = identity.NewListener(ln, s.source.ServerConfig())
 	}
 	stopAfter := context.AfterFunc(ctx, s.stop)
 	defer stopAfter()
-	if err := fastserve.ServeFast(ctx, ln, s.handler, s.health, s.logger); err != nil {
+	err = fastserve.ServeFast(ctx, ln, s.handler, s.health, s.logger)
+	stopHealth()
+	if herr := <-healthDone; err == nil && herr != nil {
+		err = herr
+	}
+	if err != nil {
 		return fmt.Errorf("rail-stub: %w", err)
 	}
 	return nil
+}
+
+// serveHealth serves /livez, /readyz and /metrics (nothing else) plaintext on
+// HEALTH_ADDR until ctx ends, for kubelet probes and scrapes that present no
+// SVID; it returns a closed channel at once when HEALTH_ADDR is empty.
+func (s *Stub) serveHealth(ctx context.Context, cfg Config) (<-chan error, error) {
+	done := make(chan error, 1)
+	if cfg.HealthAddr == "" && cfg.HealthListener == nil {
+		close(done)
+		return done, nil
+	}
+	ln, err := serve.Listen(cfg.HealthAddr, cfg.HealthListener)
+	if err != nil {
+		return nil, fmt.Errorf("HEALTH_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	serve.Mount(mux, s.health, s.reg)
+	only := http.NewServeMux()
+	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
+		only.Handle("GET "+p, mux)
+	}
+	logger := s.logger.With("listener", "health")
+	go func() {
+		done <- serve.Serve(ctx, ln, serve.Handler(only, logger), serve.NewHealth(), logger)
+	}()
+	return done, nil
 }

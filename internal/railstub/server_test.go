@@ -98,6 +98,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "calls.jsonl")
 	cfg := DefaultConfig()
 	cfg.Listener, cfg.LogOutput, cfg.CallLogPath, cfg.LatencyMs = ln, &syncBuffer{}, path, 1
+	cfg.Identity = unsafeNoAuth()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
@@ -169,6 +170,7 @@ func TestShutdownDrainsDelayedReplies(t *testing.T) {
 			}
 			cfg := DefaultConfig()
 			cfg.Listener, cfg.LogOutput, cfg.LatencyMs, cfg.drainReplies = ln, &syncBuffer{}, tc.latencyMs, 2*time.Second
+			cfg.Identity = unsafeNoAuth()
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 1)
