@@ -76,7 +76,10 @@ type Config struct {
 	// RailIdleConnTimeout is RAIL_IDLE_CONN_TIMEOUT: how long a rail connection
 	// may sit idle in the pool; 0 disables reuse (a new connection per call).
 	RailIdleConnTimeout time.Duration
-	UnsafeNonDurableDB  bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
+	// RailTLS is RAIL_ID and RAIL_TLS_*: how the hop to the rail is verified
+	// (railtls.go).
+	RailTLS            RailTLS
+	UnsafeNonDurableDB bool // UNSAFE_NON_DURABLE_DB: serve a paydb whose fsync is off (throwaway databases only)
 	// GrantKeysFile is RAIL_PROXY_GRANT_KEYS_FILE: the JWK Set every submission's
 	// X-Fencing-Grant is verified with (docs/contracts/signed-grants.md). Empty is
 	// refused at start unless UNSAFE_NO_AUTH=true: grants are then not verified.
@@ -151,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	// The URL may carry the rail's credentials: the message shows it redacted.
 	if err := service.CheckBaseURL("RAIL_BASE_URL", c.RailBaseURL); err != nil {
+		return err
+	}
+	if err := c.RailTLS.check(c.Identity, c.RailBaseURL); err != nil {
 		return err
 	}
 	if c.RailConnectTimeout <= 0 {
@@ -254,6 +260,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
 		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
 		s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")
+		bindRailTLS(s, &cfg.RailTLS)
 		s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
 		s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")
 		s.Bool(&cfg.FencingEnabled, "RAIL_PROXY_FENCING_ENABLED", def.FencingEnabled, "refuse tokens not strictly above the account's mark (false only to demonstrate the hazard; never in production)")

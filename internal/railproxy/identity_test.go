@@ -52,7 +52,7 @@ func startIdentity(t *testing.T, mutate func(*Config)) *idSystem {
 	if err := identity.WriteCerts(identity.CertsOptions{Dir: certs, Names: append(identity.DefaultNames(), extraNames...)}); err != nil {
 		t.Fatal(err)
 	}
-	rail := startStub(t, 0)
+	rail := startTLSStub(t, certs, identity.NameRailStub, 0) // railtls_test.go: an https rail, as once TLS is set
 	dbURL := pgtest.PaydbURL(t)
 	key, keysFile := granttest.Keys(t)
 	cfg := testConfig(dbURL, rail.URL)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"lock.dev/internal/service"
 	"lock.dev/lockapi"
 )
 
@@ -34,7 +35,7 @@ type RailResult int
 const (
 	RailAccepted  RailResult = iota + 1 // 200 ACCEPTED: money moved
 	RailDeclined                        // 422 DECLINED: no money moved
-	RailUnsent                          // no connection was ever obtained: nothing left the proxy
+	RailUnsent                          // nothing reached the rail's application: no connection was obtained, or its TLS handshake was refused (railtls.go)
 	RailAmbiguous                       // anything after a connection was obtained: the rail may have acted
 )
 
@@ -106,8 +107,12 @@ var (
 //     connection from the pool — before a byte is written, when the one taken has
 //     been idle longer than RAIL_IDLE_CONN_TIMEOUT and is closed unused.
 //   - UNSENT only when no connection was obtained: AcquireConn failing (the dial
-//     failed or ran out of RAIL_CONNECT_TIMEOUT) is the one UNSENT path. From the
-//     moment a connection is held, every failure is ambiguous.
+//     failed or ran out of RAIL_CONNECT_TIMEOUT; the TLS handshake, the rail's
+//     identity checked, is part of the dial). From the moment a connection is
+//     held, every failure is ambiguous — but one: on a fresh TLS connection, a
+//     handshake-class alert from the rail read before any byte of a reply (the
+//     rail refused our certificate after we wrote, as TLS 1.3 allows) is UNSENT
+//     too: the rail's application never had the connection (railtls.go).
 //   - Two bounds, one after the other: obtaining the connection and writing the
 //     request within RAIL_CONNECT_TIMEOUT of the call's start (the dial's own
 //     bound, then the write deadline); from the request written, the whole reply
@@ -134,22 +139,41 @@ type railClient struct {
 	connectTimeout time.Duration
 	readTimeout    time.Duration
 	idleTimeout    time.Duration // RAIL_IDLE_CONN_TIMEOUT; 0: a fresh connection per call
+	// tls is the TLS configuration of every call to the rail (railTLSConfig);
+	// nil: plaintext, or an https rail verified by its URL's host name.
+	tls *tls.Config
+}
+
+// newRailClientFor builds the client of a running proxy: its settings and the
+// TLS of the hop to the rail, made from the proxy's identity (railTLSConfig;
+// an error names the setting).
+func newRailClientFor(cfg Config, sv *service.Service) (*railClient, error) {
+	tc, err := railTLSConfig(cfg, sv)
+	if err != nil {
+		return nil, err
+	}
+	return newRailClientTLS(cfg, tc), nil
 }
 
 // newRailClient builds the client from rail-proxy's settings: RAIL_BASE_URL, the
 // connect and read bounds, RAIL_IDLE_CONN_TIMEOUT, and the RailDial test hook.
-func newRailClient(cfg Config) *railClient {
+func newRailClient(cfg Config) *railClient { return newRailClientTLS(cfg, nil) }
+
+// newRailClientTLS is newRailClient speaking TLS with tc to the rail (nil: as
+// RAIL_BASE_URL's scheme says, an https host verified by its name).
+func newRailClientTLS(cfg Config, tc *tls.Config) *railClient {
 	base := strings.TrimSuffix(cfg.RailBaseURL, "/")
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &railClient{
 		paymentsURL: base + "/rail/v1/payments",
 		healthURL:   base + "/rail/v1/health",
-		hop:         newRailHop(cfg),
-		health: &http.Client{Transport: newRailTransport(HealthTimeout, cfg.RailIdleConnTimeout, 2, cfg.RailDial),
+		hop:         newRailHop(cfg, tc),
+		health: &http.Client{Transport: newRailTransport(HealthTimeout, cfg.RailIdleConnTimeout, 2, cfg.RailDial, tc),
 			CheckRedirect: noRedirect, Timeout: HealthTimeout},
 		connectTimeout: cfg.RailConnectTimeout,
 		readTimeout:    cfg.RailReadTimeout,
 		idleTimeout:    cfg.RailIdleConnTimeout,
+		tls:            tc,
 	}
 }
 
@@ -196,7 +220,7 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 	}
 	switch {
 	case err == nil:
-	case !st.gotConn:
+	case !st.gotConn || st.refused:
 		return done(RailCall{Result: RailUnsent, Err: err})
 	case errors.Is(err, errReplyTooLarge):
 		return done(RailCall{Result: RailAmbiguous, Cause: CauseBadResponse, Err: err})
@@ -254,12 +278,14 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 
 // hopState is what a round trip came to, besides its error (which wraps
 // errConnectBound or errReadTimeout when a deadline ended it): whether a
-// connection was obtained, whether it was a reused one, and whether any byte of
-// the reply arrived.
+// connection was obtained, whether it was a reused one, whether any byte of
+// the reply arrived, and whether the rail refused the TLS handshake of a fresh
+// connection after the request was written (handshakeAlert).
 type hopState struct {
 	gotConn   bool
 	reused    bool
 	replyByte bool
+	refused   bool
 }
 
 // roundTrip sends req once on one connection and reads the reply into a
@@ -370,6 +396,16 @@ func (c *railClient) roundTrip(ctx context.Context, req *fasthttp.Request, start
 	// has begun.
 	first := &firstByteConn{conn: conn}
 	if _, err := conn.Read(first.b[:]); err != nil {
+		// Under TLS 1.3 the client's handshake ends with its Finished, so a
+		// rail that refuses our certificate says so only now, after the request
+		// was written: a handshake-class alert on a connection that never
+		// carried a request before means the rail's application never had it.
+		// On a reused connection the handshake was long accepted: no such rule.
+		if a, ok := handshakeAlert(err); ok && !st.reused {
+			st.refused = true
+			c.hop.CloseConn(cc)
+			return nil, st, refusedError(a, err)
+		}
 		return fail(err)
 	}
 	st.replyByte = true
@@ -433,8 +469,9 @@ func releaseHopReader(br *bufio.Reader) {
 // the rail's reply headers must fit in it (4 KiB, fasthttp's default).
 const railHopBuffer = 4 << 10
 
-// newRailHop builds the HostClient of the payment hop from the settings.
-func newRailHop(cfg Config) *fasthttp.HostClient {
+// newRailHop builds the HostClient of the payment hop from the settings and
+// the hop's TLS configuration (nil: a host name verified, as the URL says).
+func newRailHop(cfg Config, tc *tls.Config) *fasthttp.HostClient {
 	u, err := url.Parse(cfg.RailBaseURL)
 	if err != nil || u.Host == "" {
 		// Config.Validate refuses such a URL; a zero client fails every call UNSENT.
@@ -454,7 +491,18 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 		dial = (&net.Dialer{Timeout: cfg.RailConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
 	connect := cfg.RailConnectTimeout
-	serverName := u.Hostname()
+	// One configuration for every connection (crypto/tls never changes it), so
+	// its session cache is shared: a new connection resumes the last session.
+	// go-spiffe's callbacks in it ask the identity at each handshake.
+	if tc != nil {
+		tc = tc.Clone()
+	} else {
+		tc = &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+	}
+	if tc.ServerName == "" {
+		tc.ServerName = u.Hostname()
+	}
+	tc.NextProtos = []string{"http/1.1"}
 	idle := cfg.RailIdleConnTimeout
 	if idle <= 0 {
 		idle = time.Second // unused: with reuse off every connection is closed after its call
@@ -475,7 +523,7 @@ func newRailHop(cfg Config) *fasthttp.HostClient {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), connect)
 				defer cancel()
-				c, err := dialHop(ctx, dial, addr, isTLS, serverName)
+				c, err := dialHop(ctx, dial, addr, isTLS, tc)
 				done <- dialed{c, err}
 			}()
 			d := <-done
@@ -501,8 +549,10 @@ type dialed struct {
 	err  error
 }
 
-// dialHop opens one connection to the rail, with its TLS handshake when isTLS.
-func dialHop(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, isTLS bool, serverName string) (net.Conn, error) {
+// dialHop opens one connection to the rail, with its TLS handshake when isTLS:
+// a handshake that fails (the rail's identity refused included) is a dial that
+// failed, and nothing was sent.
+func dialHop(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, isTLS bool, tc *tls.Config) (net.Conn, error) {
 	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -510,24 +560,26 @@ func dialHop(ctx context.Context, dial func(context.Context, string, string) (ne
 	if !isTLS {
 		return conn, nil
 	}
-	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
-	if err := tc.HandshakeContext(ctx); err != nil {
+	c := tls.Client(conn, tc)
+	if err := c.HandshakeContext(ctx); err != nil {
 		_ = conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("TLS handshake with the rail: %w", err)
 	}
-	return tc, nil
+	return c, nil
 }
 
 // newRailTransport is the net/http transport of the rail's GET endpoints (health,
-// statement). A GET moves no money; still, nothing is retried on purpose.
+// statement), speaking TLS with tc (nil: as the URL says). A GET moves no
+// money; still, nothing is retried on purpose.
 func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error), tc *tls.Config) *http.Transport {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
 	return &http.Transport{
 		Proxy:               nil,
 		DialContext:         dial,
+		TLSClientConfig:     tc,
 		TLSHandshakeTimeout: connectTimeout, // part of obtaining the connection
 		MaxIdleConns:        idle,
 		MaxIdleConnsPerHost: idle,

@@ -73,7 +73,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		rail := newRailClient(cfg)
+		rail, err := newRailClientFor(cfg, sv) // railtls.go: the rail's identity, or a real rail's host name
+		if err != nil {
+			return err
+		}
 		defer rail.close()
 		a := &admitter{store: store, rail: rail, metrics: m, logger: logger, fencing: cfg.FencingEnabled,
 			books: cfg.BooksCheck, interruptAfter: cfg.InterruptedAfter, groups: newGroups(cfg.MaxGroup), hooks: cfg.hooks}

@@ -72,7 +72,7 @@ func handleStatement(rail *railClient, reads *prometheus.CounterVec, logger *slo
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	s := &statementReader{
 		callsURL:    base + "/rail/v1/calls",
-		http:        &http.Client{Transport: newRailTransport(rail.connectTimeout, DefaultRailIdleConnTimeout, 2, nil), CheckRedirect: noRedirect},
+		http:        &http.Client{Transport: newRailTransport(rail.connectTimeout, DefaultRailIdleConnTimeout, 2, nil, rail.tls), CheckRedirect: noRedirect},
 		readTimeout: rail.readTimeout,
 		reads:       reads,
 		logger:      logger,
