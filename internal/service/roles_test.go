@@ -83,8 +83,8 @@ func (ls logins) roles(envs ...string) Roles {
 	return r
 }
 
-// as is dbURL with the login of env: the service's own connection.
-func (ls logins) as(t *testing.T, dbURL, env string) *pgx.Conn {
+// url is dbURL with the login of env.
+func (ls logins) url(t *testing.T, dbURL, env string) string {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -92,7 +92,13 @@ func (ls logins) as(t *testing.T, dbURL, env string) *pgx.Conn {
 	}
 	role := ls[env]
 	u.User = url.UserPassword(role, "pw-"+role[strings.LastIndexByte(role, '_')+1:])
-	conn, err := pgx.Connect(context.Background(), u.String())
+	return u.String()
+}
+
+// as connects to dbURL with the login of env: the service's own connection.
+func (ls logins) as(t *testing.T, dbURL, env string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), ls.url(t, dbURL, env))
 	if err != nil {
 		t.Fatalf("connect as %s: %v", env, err)
 	}
