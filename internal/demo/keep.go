@@ -34,7 +34,7 @@ type keepSeed struct {
 	grant string // "" without grants
 }
 
-// seedKeep creates keepPayout as ops, takes a lease of its account as the
+// seedKeep calms the rail, creates keepPayout as ops, takes a lease of its account as the
 // executor workload (kept, renewed, until the Result is closed) and claims the
 // payout under it.
 func seedKeep(ctx context.Context, r *Result) (*keepSeed, error) {
@@ -44,6 +44,11 @@ func seedKeep(ctx context.Context, r *Result) (*keepSeed, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	// The run's chaos (dropped replies, declines, slow windows) ends here: the
+	// printed submission gets the rail's answer.
+	if _, err := st.Stub.SetChaos(cctx, baseLatencyMs, 0, 0, nil); err != nil {
+		return nil, fmt.Errorf("calm the rail: %w", err)
+	}
 	s := &keepSeed{body: lockapi.SubmissionRequest{PayoutID: keepPayout, AccountID: keepAccount, AmountMinor: 12_345,
 		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}}
 	ops := payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameOps, identity.NamePaymentResource))
