@@ -158,8 +158,8 @@ func TestWorkloadMismatchIsARefusalNotRetried(t *testing.T) {
 		c.PaymentResourceURL = "https://" + ln.Addr().String()
 		c.Workers = 1
 	})
-	testkit.EventuallyState(t, 30*time.Second, "claims refused", func() (bool, string) {
-		return claims.Load() >= 3, fmt.Sprint(claims.Load())
+	testkit.EventuallyState(t, 30*time.Second, "claims refused and logged", func() (bool, string) {
+		return r.logs.eventCount("claim_failed") >= 3, fmt.Sprint(r.logs.eventCount("claim_failed"))
 	})
 	r.stop(t)
 	if !r.logs.contains(`"event":"claim_failed"`, `"reason":"workload_mismatch"`, lockapi.CodeGrantRejected) {
@@ -170,9 +170,11 @@ func TestWorkloadMismatchIsARefusalNotRetried(t *testing.T) {
 		lockapi.AccountLockName(ps[0].AccountID)).Scan(&leases); err != nil {
 		t.Fatal(err)
 	}
-	if n := claims.Load(); n > leases || int64(r.logs.eventCount("claim_failed")) != n {
+	// The stop may cut short a claim in flight, whose failure is then not
+	// logged (the executor was told to stop): at most one.
+	if n, logged := claims.Load(), int64(r.logs.eventCount("claim_failed")); n > leases || n-logged > 1 {
 		t.Errorf("%d claims sent under %d leases, %d logged claim_failed: want at most one claim per lease, each logged",
-			n, leases, r.logs.eventCount("claim_failed"))
+			n, leases, logged)
 	}
 	if row := payout(t, st, ps[0].PayoutID); row.status != lockapi.StatusPending {
 		t.Errorf("the payout is %s, want PENDING", row.status)
