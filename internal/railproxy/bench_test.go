@@ -48,10 +48,11 @@ import (
 //	                      in paydb's payout table before the clock starts; false (the
 //	                      default) runs it off, as the shared bench does
 //	                      (docs/contracts/books.md)
-//	BENCH_IDENTITY        true serves BenchmarkAdmission's proxy over mutual TLS, its
-//	                      clients presenting the executor's SVID (TLS 1.3, session
-//	                      cache, keep-alive connections); false (the default) runs
-//	                      it plaintext, as the shared bench does; grants are not
+//	BENCH_IDENTITY        true runs BenchmarkAdmission with both hops over mutual TLS:
+//	                      its clients presenting the executor's SVID to the proxy,
+//	                      the proxy its own to rail-stub (TLS 1.3, session cache,
+//	                      keep-alive connections); false (the default) runs them
+//	                      plaintext, as the shared bench does; grants are not
 //	                      verified either way (docs/contracts/workload-identity.md)
 //	BENCH_IDLE_CONNS      BenchmarkIdleConnRSS's idle connections (1000)
 //	BENCH_BINARY          BenchmarkIdleConnRSS's rail-proxy binary; empty builds cmd/rail-proxy
@@ -155,7 +156,16 @@ func startBenchSystemID(b *testing.B, stubLatencyMs int, books, tlsOn bool) *ben
 	}
 	pool.Close()
 
-	stub := startStub(b, stubLatencyMs)
+	// With identities, both hops are mutual TLS: the clients to the proxy, and
+	// the proxy to rail-stub (its SVID verified by RAIL_ID's default).
+	var certs string
+	var stub *stub
+	if tlsOn {
+		certs = benchCerts(b)
+		stub = startTLSStub(b, certs, identity.NameRailStub, stubLatencyMs)
+	} else {
+		stub = startStub(b, stubLatencyMs)
+	}
 	cfg := testConfig(dbURL, stub.URL)
 	cfg.BooksCheck = books
 	cfg.LogLevel = "info" // production's level: one submission_resolved line per submission
@@ -165,7 +175,6 @@ func startBenchSystemID(b *testing.B, stubLatencyMs int, books, tlsOn bool) *ben
 		// Mutual TLS with the proxy's own SVID; UnsafeNoAuth only lifts the
 		// refusal to start without a grant key set, so that the two runs differ
 		// by TLS alone.
-		certs := benchCerts(b)
 		cfg.Identity = identity.Files(certs, identity.NameRailProxy)
 		cfg.Identity.UnsafeNoAuth = true
 		scheme, transport.TLSClientConfig = "https://", benchTLS(b, certs)
