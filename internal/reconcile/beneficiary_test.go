@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
@@ -29,7 +29,7 @@ const (
 // rail's credentials could: the rail books it, and its statement shows it.
 func (e *env) payDirect(t testing.TB, ref, account string, amount int64, beneficiary string) {
 	t.Helper()
-	reply, err := e.st.Stub.Pay(context.Background(), railstub.PaymentRequest{Reference: ref, AccountID: account,
+	reply, err := e.rail.Pay(context.Background(), railstub.PaymentRequest{Reference: ref, AccountID: account,
 		AmountMinor: amount, Currency: "EUR", Beneficiary: beneficiary})
 	if err != nil || reply.Status != railstub.ResultAccepted {
 		t.Fatalf("direct call for %s: %+v %v", ref, reply, err)
@@ -233,14 +233,13 @@ func TestLineWithoutBeneficiaryIsNotImported(t *testing.T) {
 		t.Fatalf("p-1 posted %s", got)
 	}
 	c := e.calls(t)[0]
-	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	old := e.serveAs(t, identity.NameRailProxy, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lockapi.WriteJSON(w, http.StatusOK, map[string]any{"lines": []map[string]any{{"seq": c.Seq, "receivedAt": c.ReceivedAt,
 			"reference": c.Reference, "accountId": c.AccountID, "amountMinor": c.AmountMinor, "currency": c.Currency,
 			"result": c.Result, "railReference": c.RailReference, "declineReason": nil}}, "next": nil})
 	}))
-	t.Cleanup(old.Close)
 	cfg := e.cfg
-	cfg.RailProxyURL = old.URL
+	cfg.RailProxyURL = old
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := reconcile.Pass(ctx, cfg); err == nil || !strings.Contains(err.Error(), "no beneficiary") {

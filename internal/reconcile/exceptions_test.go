@@ -22,7 +22,7 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 	ctx := context.Background()
 	direct := func(ref, account string, amount int64) {
 		t.Helper()
-		reply, err := e.st.Stub.Pay(ctx, railstub.PaymentRequest{Reference: ref, AccountID: account, AmountMinor: amount,
+		reply, err := e.rail.Pay(ctx, railstub.PaymentRequest{Reference: ref, AccountID: account, AmountMinor: amount,
 			Currency: "EUR", Beneficiary: "NL91ABNA0417164300"})
 		if err != nil || reply.Status != railstub.ResultAccepted {
 			t.Fatalf("direct call for %s: %+v %v", ref, reply, err)
@@ -55,7 +55,7 @@ func TestEachExceptionKindRecordedOnce(t *testing.T) {
 	if got := e.drive(t, e.blackholeProxy(t), payoutReq("p-benef", "acct-5", 500)); got != lockapi.StatusAmbiguous {
 		t.Fatalf("p-benef posted %s", got)
 	}
-	if reply, err := e.st.Stub.Pay(ctx, railstub.PaymentRequest{Reference: "p-benef", AccountID: "acct-5", AmountMinor: 500,
+	if reply, err := e.rail.Pay(ctx, railstub.PaymentRequest{Reference: "p-benef", AccountID: "acct-5", AmountMinor: 500,
 		Currency: "EUR", Beneficiary: "GB29NWBK60161331926819"}); err != nil || reply.Status != railstub.ResultAccepted {
 		t.Fatalf("direct call for p-benef: %+v %v", reply, err)
 	}

@@ -45,8 +45,11 @@ type env struct {
 	creator  *payment.Client
 	payments *payment.Client
 	locks    *lockclient.Client
-	logs     *logcapture.Buffer // the reconciler passes' log
-	cfg      reconcile.Config
+	// rail pays at the rail-stub directly, as the rail-proxy workload (the
+	// only one the rail takes payments from): a call that bypassed the books.
+	rail *railstub.Client
+	logs *logcapture.Buffer // the reconciler passes' log
+	cfg  reconcile.Config
 }
 
 func newEnv(t testing.TB, opts stack.Options) *env {
@@ -88,7 +91,8 @@ func newEnv(t testing.TB, opts stack.Options) *env {
 	e := &env{st: st, logs: &logcapture.Buffer{},
 		creator:  payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NamePayoutCreator, identity.NamePaymentResource)),
 		payments: payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameExecutor, identity.NamePaymentResource)),
-		locks:    lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))}
+		locks:    lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer))),
+		rail:     railstub.NewTLSClient(st.StubURL, st.ClientTLS(identity.NameRailProxy, identity.NameRailStub))}
 	e.cfg = reconcile.DefaultConfig()
 	// The passes run as the reconciler workload: its SVID, or UNSAFE_NO_AUTH on
 	// a stack without identities.
@@ -360,13 +364,24 @@ func (e *env) scheme() string {
 // with identities) and returns its base URL.
 func (e *env) serveRail(t testing.TB, h http.Handler) string {
 	t.Helper()
+	return e.serveAs(t, identity.NameRailStub, h)
+}
+
+// serveAs serves h as the workload name until the test ends (mutual TLS with
+// its SVID with identities, plaintext without) and returns its base URL.
+func (e *env) serveAs(t testing.TB, name string, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := e.scheme() + ln.Addr().String()
-	if cfg := e.railTLS(t); cfg != nil {
-		ln = tls.NewListener(ln, cfg)
+	if e.st.Secure() {
+		src, err := e.st.Source(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln = tls.NewListener(ln, src.ServerConfig())
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

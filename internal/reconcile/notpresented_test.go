@@ -55,7 +55,7 @@ func TestNotPresentedOnlyPastTheWindowAndNeverBooked(t *testing.T) {
 	}
 
 	// The call turns up after all (here: made to the rail directly).
-	reply, err := e.st.Stub.Pay(context.Background(), railstub.PaymentRequest{Reference: p.PayoutID, AccountID: p.AccountID,
+	reply, err := e.rail.Pay(context.Background(), railstub.PaymentRequest{Reference: p.PayoutID, AccountID: p.AccountID,
 		AmountMinor: p.AmountMinor, Currency: p.Currency, Beneficiary: p.Beneficiary})
 	if err != nil || reply.Status != railstub.ResultAccepted {
 		t.Fatalf("late call: %+v %v", reply, err)
