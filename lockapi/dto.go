@@ -146,9 +146,9 @@ type LockState struct {
 	Token     int64      `json:"token"`
 	Held      bool       `json:"held"`
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// Grant is the live lease's signed grant (docs/contracts/signed-grants.md):
-	// absent when the lock is not held, or when lock-server signs nothing.
-	Grant string `json:"grant,omitempty"`
+	// No grant: a lock's state is read by workloads other than its holder, and
+	// a grant is answered only to the holder, by acquire and renew
+	// (docs/contracts/workload-identity.md).
 }
 
 // Grant is one element of a lock's grant history.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"lock.dev/internal/identity"
 	"lock.dev/internal/lockdb"
 	"lock.dev/internal/serve"
@@ -22,6 +24,12 @@ type Config struct {
 	Identity identity.Settings
 	// HealthAddr is HEALTH_ADDR: /livez, /readyz and /metrics also served there, plaintext.
 	HealthAddr string
+	// Holders is LOCK_SERVER_HOLDERS: the SPIFFE IDs that may acquire, renew,
+	// release and read a lock (docs/contracts/workload-identity.md).
+	Holders string
+	// Readers is LOCK_SERVER_READERS: the SPIFFE IDs that may read a lock and
+	// its grants history.
+	Readers string
 	// DBRoles are the LOCKDB role settings migrate grants to.
 	DBRoles        service.Roles
 	LockdbURL      string        // LOCKDB_URL; empty means the libpq PG* environment
@@ -61,6 +69,13 @@ const (
 	defaultMaxTTL   = 5 * time.Minute
 )
 
+// The role defaults (docs/contracts/workload-identity.md): the executor holds
+// leases; the reconciler and ops read them.
+var (
+	defaultHolders = identity.DefaultIDs(identity.NameExecutor)
+	defaultReaders = identity.DefaultIDs(identity.NameReconciler, identity.NameOps)
+)
+
 // maxTTLBound is the longest TTL lock_grant.ttl_ms (an integer column) can record.
 const maxTTLBound = time.Duration(math.MaxInt32) * time.Millisecond
 
@@ -72,7 +87,27 @@ func DefaultConfig() Config {
 		LockdbMaxConns: defaultMaxConns,
 		MinTTL:         defaultMinTTL,
 		MaxTTL:         defaultMaxTTL,
+		Holders:        defaultHolders,
+		Readers:        defaultReaders,
 	}
+}
+
+// roles are who may call which route: the parsed role settings.
+type roles struct {
+	holders []spiffeid.ID // acquireLock, renewLock, releaseLock, getLock
+	readers []spiffeid.ID // getLock, listGrants
+}
+
+func (c Config) roles() (roles, error) {
+	var r roles
+	var err error
+	if r.holders, err = identity.ParseRole("LOCK_SERVER_HOLDERS", c.Holders); err != nil {
+		return r, err
+	}
+	if r.readers, err = identity.ParseRole("LOCK_SERVER_READERS", c.Readers); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // Validate checks every setting; an error names the variable (exit 2).
@@ -81,6 +116,9 @@ func (c Config) Validate() error {
 		return serve.Invalid("LOCK_SERVER_ADDR", "must not be empty")
 	}
 	if err := c.spec().Check(); err != nil {
+		return err
+	}
+	if _, err := c.roles(); err != nil {
 		return err
 	}
 	// TTLs travel as whole milliseconds (ttlMs), so the bounds must be whole
@@ -105,7 +143,11 @@ const schemaCheckTimeout = 10 * time.Second
 func (c Config) spec() service.Spec {
 	return service.Spec{Name: "lock-server", LogLevel: c.LogLevel, LogOutput: c.LogOutput, Addr: c.Addr, Listener: c.Listener, Identity: c.Identity, HealthAddr: c.HealthAddr, Validate: c.Validate,
 		DB: &service.Database{Tree: lockdb.Tree(), URL: c.LockdbURL, MaxConns: c.LockdbMaxConns, ConnsBound: math.MaxInt32,
-			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: "lock-server migrate", CheckTimeout: schemaCheckTimeout}}
+			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: "lock-server migrate", CheckTimeout: schemaCheckTimeout},
+		// Without a signing key a grant is a bare number anyone can make up
+		// (docs/contracts/signed-grants.md): refused unless UNSAFE_NO_AUTH.
+		AuthMaterial: []service.Material{{Env: "LOCK_SERVER_SIGNING_KEY_FILE", Value: c.SigningKeyFile,
+			What: "the Ed25519 key every grant is signed with (lock-server keygen)"}}}
 }
 
 func (c Config) clock() Clock {
@@ -120,9 +162,13 @@ const (
 	CmdServe   = "serve"
 	CmdMigrate = "migrate"
 	CmdKeygen  = "keygen" // docs/contracts/signed-grants.md: lock-server keygen --out DIR
+	// CmdCerts: lock-server certs --out DIR [--trust-domain TD] [--names a,b,…] [--valid D]
+	// (docs/contracts/workload-identity.md).
+	CmdCerts = "certs"
 )
 
-const synopsis = "lock-server [serve|migrate] [flags]  |  lock-server keygen --out DIR"
+const synopsis = "lock-server [serve|migrate] [flags]  |  lock-server keygen --out DIR  |  " +
+	"lock-server certs --out DIR [--trust-domain lock.dev] [--names a,b,…] [--valid 720h]"
 
 // ParseConfig reads the subcommand (serve by default), then flags and environment
 // variables (a flag wins). --help writes the usage to stdout and returns serve.ErrHelp.
@@ -132,12 +178,13 @@ func ParseConfig(args []string, getenv func(string) string) (string, Config, err
 
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
 	cfg := DefaultConfig()
-	if cmd, _ := serve.SplitCommand(args, CmdServe); cmd == CmdKeygen {
-		// keygen has flags of its own and needs none of the service's settings:
-		// the caller hands the arguments after it to Keygen.
+	if cmd, _ := serve.SplitCommand(args, CmdServe); cmd == CmdKeygen || cmd == CmdCerts {
+		// keygen and certs have flags of their own and need none of the
+		// service's settings: the caller hands the arguments after them to
+		// Keygen or Certs.
 		return cmd, cfg, nil
 	}
-	c := service.Command{Name: "lock-server", Synopsis: synopsis, Commands: []string{CmdServe, CmdMigrate, CmdKeygen}}
+	c := service.Command{Name: "lock-server", Synopsis: synopsis, Commands: []string{CmdServe, CmdMigrate, CmdKeygen, CmdCerts}}
 	cmd, err := c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "LOCK_SERVER_ADDR", defaultAddr, "address to listen on")
 		service.BindLogLevel(s, &cfg.LogLevel)
@@ -150,6 +197,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (st
 		s.Bool(&cfg.UnsafeNonDurableDB, "UNSAFE_NON_DURABLE_DB", false,
 			"serve a lockdb whose fsync is off (logged at ERROR); only for throwaway test and demo databases")
 		s.String(&cfg.SigningKeyFile, "LOCK_SERVER_SIGNING_KEY_FILE", "", "PEM PKCS#8 Ed25519 private key every grant is signed with (docs/contracts/signed-grants.md); empty: grants are not signed")
+		s.String(&cfg.Holders, "LOCK_SERVER_HOLDERS", defaultHolders,
+			"SPIFFE IDs (comma-separated) that may acquire, renew, release and read a lock")
+		s.String(&cfg.Readers, "LOCK_SERVER_READERS", defaultReaders,
+			"SPIFFE IDs (comma-separated) that may read a lock and its grants history")
 		s.String(&cfg.PreviousPublicKeysFile, "LOCK_SERVER_PREVIOUS_PUBLIC_KEYS_FILE", "", "JWK Set published at GET /v1/keys beside the current key (a rotation announced in advance)")
 	})
 	if err != nil {

@@ -62,13 +62,14 @@ func loadGrants(cfg Config, logger *slog.Logger) (grants, error) {
 	return g, nil
 }
 
-// sign is the grant of token on lock to owner acquired at acquiredAt, or "" when
-// grants are not signed.
-func (g grants) sign(lock string, token int64, owner string, acquiredAt time.Time) (string, error) {
+// sign is the grant of token on lock to owner, a worker of the workload holder
+// (its SPIFFE ID, the claim wid; "" without identities: no wid), acquired at
+// acquiredAt, or "" when grants are not signed.
+func (g grants) sign(lock string, token int64, owner, holder string, acquiredAt time.Time) (string, error) {
 	if g.signer == nil {
 		return "", nil
 	}
-	return g.signer.Sign(lock, token, owner, acquiredAt)
+	return g.signer.SignFor(lock, token, owner, holder, acquiredAt)
 }
 
 // keys is GET /v1/keys: the JWK Set of the current key and the previous ones

@@ -26,6 +26,10 @@ type handler struct {
 	minTTLMs int64
 	maxTTLMs int64
 	grants   grants // docs/contracts/signed-grants.md: the signer of every grant answered, if any
+	// caller is the verified SPIFFE ID of a request's workload ("" without
+	// identities): recorded as a lease's holder, the wid of its grant, and
+	// the only workload that may renew or release it.
+	caller func(*http.Request) string
 }
 
 // Grant history page sizes (docs/contracts/lock-service.md).
@@ -36,10 +40,11 @@ const (
 
 // leaseCall is a bound acquire, renew or release.
 type leaseCall struct {
-	name  string
-	owner string
-	token int64 // renew, release
-	ttlMs int64 // acquire, renew
+	name   string
+	owner  string
+	caller string // the workload's SPIFFE ID; "" without identities
+	token  int64  // renew, release
+	ttlMs  int64  // acquire, renew
 }
 
 // bind reads a lease call. withToken: the call presents X-Fencing-Token;
@@ -60,6 +65,7 @@ func (h *handler) bind(w http.ResponseWriter, r *http.Request, withToken, withBo
 	f, herrs := lockapi.ParseFencingHeaders(r.Header, withToken, true, false)
 	errs = append(errs, herrs...)
 	c.owner, c.token = f.OwnerID, f.Token
+	c.caller = h.caller(r)
 	if withBody {
 		c.ttlMs, errs = h.bindTTL(body, errs)
 	}
@@ -98,12 +104,12 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := h.clock.Now()
-	l, err := h.store.grant(r.Context(), c.name, c.owner, c.ttlMs)
+	l, err := h.store.grant(r.Context(), c.name, c.owner, c.caller, c.ttlMs)
 	var held *HeldError
 	switch {
 	case err == nil:
 		h.metrics.grant.WithLabelValues(resultGranted).Inc()
-		h.logger.Info("lock granted", "event", "lock_granted", "lockName", c.name, "ownerId", c.owner,
+		h.logger.Info("lock granted", "event", "lock_granted", "lockName", c.name, "ownerId", c.owner, "identity", c.caller,
 			"token", l.Token, "ttlMs", c.ttlMs, "expiresAt", lockapi.UTC(l.ExpiresAt), "durationMs", ms(since(h.clock, start)))
 		h.writeLease(w, "acquire", l, c.ttlMs)
 		return
@@ -120,7 +126,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := h.clock.Now()
-	l, err := h.store.renew(r.Context(), c.name, c.owner, c.token, c.ttlMs)
+	l, err := h.store.renew(r.Context(), c.name, c.owner, c.caller, c.token, c.ttlMs)
 	switch {
 	case err == nil:
 		h.metrics.renew.WithLabelValues(resultRenewed).Inc()
@@ -142,7 +148,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := h.clock.Now()
-	first, err := h.store.release(r.Context(), c.name, c.owner, c.token)
+	first, err := h.store.release(r.Context(), c.name, c.owner, c.caller, c.token)
 	switch {
 	case err == nil:
 		h.metrics.release.WithLabelValues(resultReleased).Inc()
@@ -169,15 +175,11 @@ func (h *handler) getLock(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, "read lock", leaseCall{name: name}, err)
 		return
 	}
+	// No grant: only acquire and renew answer it, to the holder; a lock's state
+	// is read by other workloads too (docs/contracts/workload-identity.md).
 	out := lockapi.LockState{LockName: st.Name, Token: st.Token, Held: st.Held}
 	if st.Held {
 		out.OwnerID = &st.Owner
-		// The live lease's grant, re-signed from the same facts: the same bytes
-		// the acquire answered.
-		if out.Grant, err = h.grants.sign(st.Name, st.Token, st.Owner, st.AcquiredAt); err != nil {
-			h.writeError(w, "sign grant", leaseCall{name: name}, err)
-			return
-		}
 	}
 	if !st.ExpiresAt.IsZero() {
 		t := lockapi.UTC(st.ExpiresAt)
@@ -206,7 +208,8 @@ func (h *handler) getGrants(w http.ResponseWriter, r *http.Request) {
 	out := lockapi.GrantList{Grants: make([]lockapi.Grant, 0, len(gs))}
 	for _, g := range gs {
 		out.Grants = append(out.Grants, lockapi.Grant{Token: g.Token, OwnerID: g.Owner,
-			AcquiredAt: lockapi.UTC(g.AcquiredAt), TTLMs: g.TTLMs, ReleasedAt: lockapi.UTCPtr(g.ReleasedAt)})
+			AcquiredAt: lockapi.UTC(g.AcquiredAt), TTLMs: g.TTLMs, ReleasedAt: lockapi.UTCPtr(g.ReleasedAt),
+			HolderIdentity: g.Holder})
 	}
 	lockapi.WriteJSON(w, http.StatusOK, out)
 }
@@ -254,6 +257,12 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 		h.logger.Info("lease lost", "event", "lease_lost", "op", op, "lockName", c.name, "ownerId", c.owner, "token", c.token)
 		p = lockapi.NewProblemCode(lockapi.CodeLeaseLost,
 			fmt.Sprintf("token %d of owner %s is not the current unexpired grant of lock %s", c.token, c.owner, c.name), nil)
+	case errors.Is(err, ErrNotLeaseHolder):
+		h.logger.Warn("lease call refused: another workload acquired the lease; nothing changed", "event", "not_lease_holder",
+			"op", op, "lockName", c.name, "ownerId", c.owner, "token", c.token, "identity", c.caller)
+		p = lockapi.NewProblemCode(lockapi.CodeNotLeaseHolder,
+			fmt.Sprintf("token %d of lock %s was acquired by another workload than this one", c.token, c.name),
+			map[string]any{"identity": c.caller})
 	case errors.Is(err, ErrNotFound):
 		p = lockapi.NewProblemCode(lockapi.CodeNotFound,
 			fmt.Sprintf("lock %s has never been granted", c.name), nil)
@@ -270,11 +279,12 @@ func (h *handler) writeError(w http.ResponseWriter, op string, c leaseCall, err 
 }
 
 // writeLease answers an acquire or renewal with its grant
-// (docs/contracts/signed-grants.md). A grant that cannot be signed is a 500: the
+// (docs/contracts/signed-grants.md), whose wid is the workload that acquired
+// the lease (docs/contracts/workload-identity.md). A grant that cannot be signed is a 500: the
 // lease stands in lockdb and ends with its TTL.
 func (h *handler) writeLease(w http.ResponseWriter, op string, l Lease, ttlMs int64) {
 	dto := leaseDTO(l, ttlMs)
-	g, err := h.grants.sign(l.Name, l.Token, l.Owner, l.AcquiredAt)
+	g, err := h.grants.sign(l.Name, l.Token, l.Owner, l.Holder, l.AcquiredAt)
 	if err != nil {
 		h.writeError(w, op+": sign grant", leaseCall{name: l.Name, owner: l.Owner, token: l.Token}, err)
 		return

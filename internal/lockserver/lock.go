@@ -15,6 +15,9 @@ type Lease struct {
 	Token      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	// Holder is the SPIFFE ID of the workload that acquired the lease, the
+	// grant's wid; "" when it was acquired without identities.
+	Holder string
 }
 
 // LockState is a lock's row as GET /v1/locks/{name} shows it.
@@ -24,9 +27,6 @@ type LockState struct {
 	Token     int64  // the last token issued
 	Held      bool   // an owner is set and its lease has not expired by lockdb's clock
 	ExpiresAt time.Time
-	// AcquiredAt is when the last grant was made (lockdb's clock): its iat
-	// (docs/contracts/signed-grants.md).
-	AcquiredAt time.Time
 }
 
 // Grant is one row of a lock's grant history.
@@ -36,6 +36,7 @@ type Grant struct {
 	AcquiredAt time.Time
 	TTLMs      int64
 	ReleasedAt *time.Time
+	Holder     *string // the acquirer's SPIFFE ID; nil without identities
 }
 
 // The outcomes a store call can end in besides success. The handler maps each to
@@ -46,6 +47,9 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrNotFound: the lock was never granted.
 	ErrNotFound = errors.New("lock not found")
+	// ErrNotLeaseHolder: the presented grant was acquired by another workload
+	// than the caller (docs/contracts/workload-identity.md).
+	ErrNotLeaseHolder = errors.New("not the lease holder")
 	// ErrUnavailable: lockdb could not be reached, or did not answer in time.
 	ErrUnavailable = errors.New("lockdb unavailable")
 )

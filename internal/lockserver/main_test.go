@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/testkit"
 	"lock.dev/internal/testkit/faultproxy"
@@ -35,6 +36,9 @@ func testConfig(dbURL string) Config {
 	cfg.LockdbURL = dbURL
 	cfg.LockdbMaxConns = 8
 	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
+	// about leases, not identity (docs/contracts/workload-identity.md): plaintext,
+	// every caller allowed, grants unsigned unless a test gives a key.
+	cfg.Identity = identity.Settings{UnsafeNoAuth: true}
 	return cfg
 }
 
@@ -49,6 +53,13 @@ type testServer struct {
 // for readiness.
 func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
+	return startServerWith(t, cfg, "http", testHTTP)
+}
+
+// startServerWith is startServer for a server reached at scheme (https when
+// cfg has identities) through client, which waits for its readiness.
+func startServerWith(t testing.TB, cfg Config, scheme string, client *http.Client) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +69,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 		// Every exchange with this server through testHTTP is checked against
 		// the OpenAPI document, and its findings fail t. Registered before the
 		// cleanup that stops the server, so it runs after it.
-		conformance.Track(t, "http://"+ln.Addr().String())
+		conformance.Track(t, scheme+"://"+ln.Addr().String())
 	}
 	logs := &syncBuffer{}
 	if cfg.LogOutput == nil {
@@ -68,7 +79,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, cfg) }()
 	var once sync.Once
-	s := &testServer{URL: "http://" + ln.Addr().String(), logs: logs}
+	s := &testServer{URL: scheme + "://" + ln.Addr().String(), logs: logs}
 	s.stop = func() {
 		once.Do(func() {
 			cancel()
@@ -89,7 +100,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 			t.Fatalf("Run returned before serving: %v", err)
 		default:
 		}
-		resp, err := testHTTP.Get(s.URL + "/readyz")
+		resp, err := client.Get(s.URL + "/readyz")
 		if err != nil {
 			return false, err.Error()
 		}

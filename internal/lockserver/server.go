@@ -15,10 +15,12 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/api"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
 )
@@ -31,12 +33,20 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
+		if gr.signer == nil {
+			sv.NoteAuthMissing("LOCK_SERVER_SIGNING_KEY_FILE is empty: grants are not signed")
+		}
+		rl, err := cfg.roles()
+		if err != nil {
+			return err
+		}
+		acc := access{guard: sv.Guard(routes...), roles: rl}
 		pool, err := sv.OpenDB(ctx)
 		if err != nil {
 			return err
 		}
 		st := &store{pool: pool, timeout: dbTimeout}
-		handler := newServer(st, newMetrics(sv.Registry), sv.Health, sv.Registry, sv.Logger, cfg, gr)
+		handler := newServer(st, newMetrics(sv.Registry), sv.Health, sv.Registry, sv.Logger, cfg, gr, acc)
 		return sv.Serve(ctx, handler, serve.Serve, func(addr string) {
 			sv.Logger.Info("lock-server starting", "addr", addr, "minTtl", cfg.MinTTL.String(),
 				"maxTtl", cfg.MaxTTL.String(), "lockdbMaxConns", cfg.LockdbMaxConns)
@@ -50,8 +60,29 @@ func Migrate(ctx context.Context, cfg Config) error {
 	return service.Migrate(ctx, cfg.spec())
 }
 
+// The route names (the operationIds of api/lock-server.json) a role guards:
+// authz_denied_total{route}'s closed set.
+const (
+	routeAcquire = "acquireLock"
+	routeRenew   = "renewLock"
+	routeRelease = "releaseLock"
+	routeGet     = "getLock"
+	routeGrants  = "listGrants"
+)
+
+var routes = []string{routeAcquire, routeRenew, routeRelease, routeGet, routeGrants}
+
+// access is who may call which route (docs/contracts/workload-identity.md):
+// holders take, renew and release leases; holders and readers read a lock;
+// readers read its grants history. The guard lets everyone through when the
+// service runs without identities.
+type access struct {
+	guard *identity.Guard
+	roles roles
+}
+
 // newServer is the whole HTTP surface of lock-server.
-func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Registry, logger *slog.Logger, cfg Config, gr grants) http.Handler {
+func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Registry, logger *slog.Logger, cfg Config, gr grants, acc access) http.Handler {
 	h := &handler{
 		store:    st,
 		metrics:  m,
@@ -60,13 +91,18 @@ func newServer(st *store, m *metrics, health *serve.Health, reg *prometheus.Regi
 		minTTLMs: cfg.MinTTL.Milliseconds(),
 		maxTTLMs: cfg.MaxTTL.Milliseconds(),
 		grants:   gr,
+		caller:   acc.guard.Caller,
 	}
+	holders, readers := acc.roles.holders, acc.roles.readers
+	either := append(slices.Clone(holders), readers...)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/locks/{name}/acquire", h.acquire)
-	mux.HandleFunc("POST /v1/locks/{name}/renew", h.renew)
-	mux.HandleFunc("POST /v1/locks/{name}/release", h.release)
-	mux.HandleFunc("GET /v1/locks/{name}", h.getLock)
-	mux.HandleFunc("GET /v1/locks/{name}/grants", h.getGrants)
+	// The role is checked first, before the call is read: a workload without
+	// it learns nothing and changes nothing (403 FORBIDDEN).
+	mux.HandleFunc("POST /v1/locks/{name}/acquire", acc.guard.Allow(routeAcquire, holders, h.acquire))
+	mux.HandleFunc("POST /v1/locks/{name}/renew", acc.guard.Allow(routeRenew, holders, h.renew))
+	mux.HandleFunc("POST /v1/locks/{name}/release", acc.guard.Allow(routeRelease, holders, h.release))
+	mux.HandleFunc("GET /v1/locks/{name}", acc.guard.Allow(routeGet, either, h.getLock))
+	mux.HandleFunc("GET /v1/locks/{name}/grants", acc.guard.Allow(routeGrants, readers, h.getGrants))
 	mux.HandleFunc("GET /v1/keys", gr.keys)
 	mux.Handle("GET /openapi.json", api.Handler(api.LockServer))
 	serve.Mount(mux, health, reg)

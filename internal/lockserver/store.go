@@ -38,19 +38,24 @@ const (
 // sqlGrant is the pinned grant of docs/contracts/database.md, verbatim. The token
 // moves in the same row update that grants the lease, so no later grant can carry a
 // smaller number; the WHERE is judged by clock_timestamp() after the row-lock wait.
+//
+// It also records the acquirer's SPIFFE ID (holder_identity, $4; NULL without
+// identities), the one workload that may renew or release the lease
+// (docs/contracts/workload-identity.md).
 const sqlGrant = `
-INSERT INTO lock_lease AS l (lock_name, owner_id, token, acquired_at, expires_at)
-VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond')
+INSERT INTO lock_lease AS l (lock_name, owner_id, token, acquired_at, expires_at, holder_identity)
+VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond', $4)
 ON CONFLICT (lock_name) DO UPDATE
    SET owner_id = EXCLUDED.owner_id, token = l.token + 1,
        acquired_at = clock_timestamp(),
-       expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+       expires_at = clock_timestamp() + $3 * interval '1 millisecond',
+       holder_identity = EXCLUDED.holder_identity
  WHERE l.owner_id IS NULL OR l.expires_at <= clock_timestamp()
 RETURNING token, acquired_at, expires_at`
 
 const sqlGrantHistory = `
-INSERT INTO lock_grant (lock_name, token, owner_id, acquired_at, ttl_ms, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)`
+INSERT INTO lock_grant (lock_name, token, owner_id, acquired_at, ttl_ms, expires_at, holder_identity)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 // sqlHolder reads the holder that refused a grant. The refused ON CONFLICT DO
 // UPDATE still locked the row, so within the same transaction this is exactly
@@ -62,8 +67,9 @@ const sqlHeld = `
 SELECT owner_id, expires_at FROM lock_lease
  WHERE lock_name = $1 AND owner_id IS NOT NULL AND expires_at > clock_timestamp()`
 
-// grant acquires name for owner for ttlMs milliseconds, or reports who holds it.
-func (s *store) grant(ctx context.Context, name, owner string, ttlMs int64) (Lease, error) {
+// grant acquires name for owner, a worker of the workload caller (its SPIFFE
+// ID; "" without identities), for ttlMs milliseconds, or reports who holds it.
+func (s *store) grant(ctx context.Context, name, owner, caller string, ttlMs int64) (Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
@@ -89,8 +95,8 @@ func (s *store) grant(ctx context.Context, name, owner string, ttlMs int64) (Lea
 	}
 	defer rollback(ctx, tx)
 
-	l := Lease{Name: name, Owner: owner}
-	err = tx.QueryRow(ctx, sqlGrant, name, owner, ttlMs).Scan(&l.Token, &l.AcquiredAt, &l.ExpiresAt)
+	l := Lease{Name: name, Owner: owner, Holder: caller}
+	err = tx.QueryRow(ctx, sqlGrant, name, owner, ttlMs, nullable(caller)).Scan(&l.Token, &l.AcquiredAt, &l.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var holder *string
 		var expires time.Time
@@ -105,7 +111,7 @@ func (s *store) grant(ctx context.Context, name, owner string, ttlMs int64) (Lea
 	if err != nil {
 		return Lease{}, classify("grant", err)
 	}
-	tag, err := tx.Exec(ctx, sqlGrantHistory, name, l.Token, owner, l.AcquiredAt, ttlMs, l.ExpiresAt)
+	tag, err := tx.Exec(ctx, sqlGrantHistory, name, l.Token, owner, l.AcquiredAt, ttlMs, l.ExpiresAt, nullable(caller))
 	if err != nil {
 		return Lease{}, classify("record grant", err)
 	}
@@ -120,19 +126,59 @@ func (s *store) grant(ctx context.Context, name, owner string, ttlMs int64) (Lea
 
 // sqlRenew extends the current, unexpired grant of this owner and token, and no
 // other: a renewal can never revive an expired lease or touch a newer grant.
+// With identities ($5 set) it extends only a lease the calling workload acquired
+// (or one acquired without identities, holder_identity NULL).
 const sqlRenew = `
 UPDATE lock_lease
    SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
  WHERE lock_name = $1 AND owner_id = $2 AND token = $3
    AND expires_at > clock_timestamp()
-RETURNING acquired_at, expires_at`
+   AND ($5::text IS NULL OR holder_identity IS NULL OR holder_identity = $5)
+RETURNING acquired_at, expires_at, holder_identity`
 
 const sqlRenewHistory = `UPDATE lock_grant SET expires_at = $3 WHERE lock_name = $1 AND token = $2`
 
-const sqlExists = `SELECT EXISTS (SELECT 1 FROM lock_lease WHERE lock_name = $1)`
+// sqlRefusal explains a renew or release that changed nothing: no row, the lock
+// was never granted (NOT_FOUND); else the grant of the presented token — its
+// acquiring workload, its owner and whether it was released (both NULL when
+// no grant has that token). A grant's row never changes those once written, so
+// the answer is the one the refused write was judged on.
+const sqlRefusal = `
+SELECT g.holder_identity, g.owner_id, g.released_at IS NOT NULL
+  FROM lock_lease l
+  LEFT JOIN lock_grant g ON g.lock_name = l.lock_name AND g.token = $2
+ WHERE l.lock_name = $1`
 
-// renew moves the expiry of the grant (name, token) held by owner to ttlMs from now.
-func (s *store) renew(ctx context.Context, name, owner string, token, ttlMs int64) (Lease, error) {
+// refusal is a grant's row as sqlRefusal reads it.
+type refusal struct {
+	holder   *string
+	owner    *string
+	released *bool
+}
+
+// refused reads why a renew or release of (name, token) changed nothing.
+// NOT_FOUND first (there is no lease to hold), then NOT_LEASE_HOLDER: a caller
+// with an identity presenting a token another workload acquired learns only
+// that, whether or not that lease still stands — the token was never its to
+// present (docs/contracts/lock-service.md). Otherwise the caller decides with
+// the row (LEASE_LOST, or release's idempotent repeat).
+func refused(ctx context.Context, tx pgx.Tx, name string, token int64, caller string) (refusal, error) {
+	var r refusal
+	err := tx.QueryRow(ctx, sqlRefusal, name, token).Scan(&r.holder, &r.owner, &r.released)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, ErrNotFound
+	case err != nil:
+		return r, classify("lookup", err)
+	case caller != "" && r.holder != nil && *r.holder != caller:
+		return r, ErrNotLeaseHolder
+	}
+	return r, nil
+}
+
+// renew moves the expiry of the grant (name, token) held by owner, acquired by
+// the workload caller ("" without identities), to ttlMs from now.
+func (s *store) renew(ctx context.Context, name, owner, caller string, token, ttlMs int64) (Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tx, err := dbconn.Begin(ctx, s.pool)
@@ -142,19 +188,21 @@ func (s *store) renew(ctx context.Context, name, owner string, token, ttlMs int6
 	defer rollback(ctx, tx)
 
 	l := Lease{Name: name, Owner: owner, Token: token}
-	err = tx.QueryRow(ctx, sqlRenew, name, owner, token, ttlMs).Scan(&l.AcquiredAt, &l.ExpiresAt)
+	var holder *string
+	err = tx.QueryRow(ctx, sqlRenew, name, owner, token, ttlMs, nullable(caller)).Scan(&l.AcquiredAt, &l.ExpiresAt, &holder)
 	if errors.Is(err, pgx.ErrNoRows) {
-		var exists bool
-		if err := tx.QueryRow(ctx, sqlExists, name).Scan(&exists); err != nil {
-			return Lease{}, classify("renew lookup", err)
-		}
-		if !exists {
-			return Lease{}, ErrNotFound
+		if _, err := refused(ctx, tx, name, token, caller); err != nil {
+			return Lease{}, err
 		}
 		return Lease{}, ErrLeaseLost
 	}
 	if err != nil {
 		return Lease{}, classify("renew", err)
+	}
+	if holder != nil {
+		// The grant answered is the acquire's, byte for byte: its wid is the
+		// acquirer's, also when the lease predates identities (none).
+		l.Holder = *holder
 	}
 	tag, err := tx.Exec(ctx, sqlRenewHistory, name, token, l.ExpiresAt)
 	if err != nil {
@@ -171,27 +219,23 @@ func (s *store) renew(ctx context.Context, name, owner string, token, ttlMs int6
 
 // sqlRelease frees the lock if (owner, token) is still its grant, expired or not:
 // an expired grant no newer grant replaced is still the lock's last word. The
-// lease row's expiry becomes the moment the lease ended.
+// lease row's expiry becomes the moment the lease ended. With identities ($4
+// set) only the workload that acquired it (or anyone, for a lease acquired
+// without identities) releases it.
 const sqlRelease = `
 UPDATE lock_lease
-   SET owner_id = NULL, expires_at = LEAST(expires_at, clock_timestamp())
- WHERE lock_name = $1 AND owner_id = $2 AND token = $3`
+   SET owner_id = NULL, holder_identity = NULL, expires_at = LEAST(expires_at, clock_timestamp())
+ WHERE lock_name = $1 AND owner_id = $2 AND token = $3
+   AND ($4::text IS NULL OR holder_identity IS NULL OR holder_identity = $4)`
 
 const sqlReleaseHistory = `
 UPDATE lock_grant SET released_at = clock_timestamp()
  WHERE lock_name = $1 AND token = $2 AND released_at IS NULL`
 
-// sqlReleaseLookup explains a release that freed nothing: no such lock, a grant
-// that was already released, or one that is not the caller's to release.
-const sqlReleaseLookup = `
-SELECT g.owner_id, g.released_at IS NOT NULL
-  FROM lock_lease l
-  LEFT JOIN lock_grant g ON g.lock_name = l.lock_name AND g.token = $2
- WHERE l.lock_name = $1`
-
-// release ends the grant (name, token) of owner. It reports whether this call
-// ended it (false: it had been released before, which is also success).
-func (s *store) release(ctx context.Context, name, owner string, token int64) (bool, error) {
+// release ends the grant (name, token) of owner, acquired by the workload
+// caller ("" without identities). It reports whether this call ended it
+// (false: it had been released before, which is also success).
+func (s *store) release(ctx context.Context, name, owner, caller string, token int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tx, err := dbconn.Begin(ctx, s.pool)
@@ -200,20 +244,16 @@ func (s *store) release(ctx context.Context, name, owner string, token int64) (b
 	}
 	defer rollback(ctx, tx)
 
-	tag, err := tx.Exec(ctx, sqlRelease, name, owner, token)
+	tag, err := tx.Exec(ctx, sqlRelease, name, owner, token, nullable(caller))
 	if err != nil {
 		return false, classify("release", err)
 	}
 	if tag.RowsAffected() == 0 {
-		var grantOwner *string
-		var released *bool
-		err := tx.QueryRow(ctx, sqlReleaseLookup, name, token).Scan(&grantOwner, &released)
+		r, err := refused(ctx, tx, name, token, caller)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return false, ErrNotFound
 		case err != nil:
-			return false, classify("release lookup", err)
-		case grantOwner != nil && *grantOwner == owner && released != nil && *released:
+			return false, err
+		case r.owner != nil && *r.owner == owner && r.released != nil && *r.released:
 			// The same grant, released before: releasing is idempotent, so a caller
 			// that lost the first answer can ask again.
 			return false, nil
@@ -236,7 +276,7 @@ func (s *store) release(ctx context.Context, name, owner string, token int64) (b
 
 const sqlLock = `
 SELECT owner_id, token, expires_at,
-       owner_id IS NOT NULL AND expires_at > clock_timestamp(), acquired_at
+       owner_id IS NOT NULL AND expires_at > clock_timestamp()
   FROM lock_lease WHERE lock_name = $1`
 
 // lock reads a lock's state, held or not by lockdb's clock.
@@ -245,8 +285,8 @@ func (s *store) lock(ctx context.Context, name string) (LockState, error) {
 	defer cancel()
 	st := LockState{Name: name}
 	var owner *string
-	var expires, acquired *time.Time
-	err := s.pool.QueryRow(ctx, sqlLock, name).Scan(&owner, &st.Token, &expires, &st.Held, &acquired)
+	var expires *time.Time
+	err := s.pool.QueryRow(ctx, sqlLock, name).Scan(&owner, &st.Token, &expires, &st.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LockState{}, ErrNotFound
 	}
@@ -259,14 +299,11 @@ func (s *store) lock(ctx context.Context, name string) (LockState, error) {
 	if expires != nil {
 		st.ExpiresAt = *expires
 	}
-	if acquired != nil {
-		st.AcquiredAt = *acquired
-	}
 	return st, nil
 }
 
 const sqlGrants = `
-SELECT token, owner_id, acquired_at, ttl_ms, released_at
+SELECT token, owner_id, acquired_at, ttl_ms, released_at, holder_identity
   FROM lock_grant WHERE lock_name = $1
  ORDER BY token DESC LIMIT $2`
 
@@ -281,7 +318,7 @@ func (s *store) grants(ctx context.Context, name string, limit int) ([]Grant, er
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Grant, error) {
 		var g Grant
 		var ttl int32
-		err := r.Scan(&g.Token, &g.Owner, &g.AcquiredAt, &ttl, &g.ReleasedAt)
+		err := r.Scan(&g.Token, &g.Owner, &g.AcquiredAt, &ttl, &g.ReleasedAt, &g.Holder)
 		g.TTLMs = int64(ttl)
 		return g, err
 	})
@@ -292,6 +329,14 @@ func (s *store) grants(ctx context.Context, name string, limit int) ([]Grant, er
 		return nil, ErrNotFound
 	}
 	return out, nil
+}
+
+// nullable is s as a nullable text parameter: NULL for "" (no identity).
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // rollback ends tx if it is still open. It runs even when ctx is already
