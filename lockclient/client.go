@@ -9,6 +9,10 @@
 // lease was sent, minus a drift margin, so it always falls before lockdb's expiry
 // (as long as the two clocks run at rates within that margin of each other).
 //
+// lock-server is called over mutual TLS (docs/contracts/workload-identity.md):
+// cfg presents the caller's workload certificate and verifies lock-server's.
+//
+//	c := lockclient.New("https://lock-server:8081", lockclient.WithTLSConfig(cfg))
 //	lease, err := c.Acquire(ctx, lockapi.AccountLockName("acct-7"), owner, 15*time.Second)
 //	if errors.Is(err, lockclient.ErrHeld) { /* someone else works this account */ }
 //	defer lease.Release(context.WithoutCancel(ctx))
@@ -114,8 +118,18 @@ func newTransport(cfg *tls.Config) http.RoundTripper {
 	}
 	t.Proxy = nil
 	t.TLSClientConfig = cfg
+	// Every lease renews on its own every ttl/3, so a worker holding many
+	// leases sends that many calls at once. Go's default keeps 2 idle
+	// connections per host: every call beyond those opens a new connection,
+	// which over mutual TLS is a full handshake (certificate verification both
+	// ways) per renewal. 64 keeps a worker's usual concurrent leases on warm
+	// connections; idle ones still close after IdleConnTimeout.
+	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
 	return t
 }
+
+// maxIdleConnsPerHost: see newTransport.
+const maxIdleConnsPerHost = 64
 
 // Acquire asks for name on behalf of ownerID for ttl (whole milliseconds; the
 // server's bounds apply). It sends one request and never retries: a held lock
@@ -262,6 +276,11 @@ var (
 	ErrLeaseLost   error = &sentinel{lockapi.CodeLeaseLost, "lockclient: lease lost"}
 	ErrNotFound    error = &sentinel{lockapi.CodeNotFound, "lockclient: lock never granted"}
 	ErrUnavailable error = &sentinel{lockapi.CodeUnavailable, "lockclient: lock-server unavailable"}
+	// ErrForbidden: the calling workload lacks the route's role
+	// (docs/contracts/workload-identity.md).
+	ErrForbidden error = &sentinel{lockapi.CodeForbidden, "lockclient: this workload may not make the call"}
+	// ErrNotLeaseHolder: the lease was acquired by another workload.
+	ErrNotLeaseHolder error = &sentinel{lockapi.CodeNotLeaseHolder, "lockclient: another workload holds the lease"}
 )
 
 // Reasons a lease's context ends besides ErrLeaseLost (see Lease.Err).

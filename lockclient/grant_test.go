@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"lock.dev/internal/grant"
+	"lock.dev/internal/identity"
 	"lock.dev/internal/lockserver"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/testkit"
@@ -20,11 +24,21 @@ import (
 	"lock.dev/lockclient"
 )
 
-// A lease carries lock-server's signed grant of its token; renewals keep it.
+// A lease carries lock-server's signed grant of its token, naming the calling
+// workload (wid); renewals keep it. The client calls over mutual TLS
+// (WithTLSConfig) as the executor.
 func TestLeaseGrant(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "keys")
 	if _, err := grant.Keygen(dir); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(t.TempDir(), "certs")
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: certs, Names: []string{identity.NameLockServer, identity.NameExecutor}}); err != nil {
+		t.Fatal(err)
+	}
+	executor, err := identity.Load(identity.Files(certs, identity.NameExecutor), slog.New(slog.DiscardHandler))
+	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -38,6 +52,7 @@ func TestLeaseGrant(t *testing.T) {
 	cfg.Listener = ln
 	cfg.LogOutput = io.Discard
 	cfg.SigningKeyFile = filepath.Join(dir, grant.SigningKeyFile)
+	cfg.Identity = identity.Files(certs, identity.NameLockServer)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- lockserver.Run(ctx, cfg) }()
@@ -47,7 +62,8 @@ func TestLeaseGrant(t *testing.T) {
 			t.Errorf("lock-server: %v", err)
 		}
 	})
-	c := lockclient.New("http://" + ln.Addr().String())
+	c := lockclient.New("https://"+ln.Addr().String(),
+		lockclient.WithTLSConfig(executor.ClientConfig(spiffeid.RequireFromString(identity.DefaultID(identity.NameLockServer)))))
 	var lease *lockclient.Lease
 	testkit.EventuallyState(t, 10*time.Second, "an acquire once the server is up", func() (bool, string) {
 		lease, err = c.Acquire(context.Background(), "account:acct-1", "worker-1", 3*time.Second)
@@ -64,8 +80,12 @@ func TestLeaseGrant(t *testing.T) {
 	}
 	v, _ := grant.NewVerifier(set, 0)
 	g := lease.Grant()
-	if r := v.Verify(g, grant.Presented{Lock: "account:acct-1", Token: lease.Token(), Owner: "worker-1"}); r != nil {
+	claims, r := v.VerifyClaims(g, grant.Presented{Lock: "account:acct-1", Token: lease.Token(), Owner: "worker-1"})
+	if r != nil {
 		t.Fatalf("Lease.Grant() = %q does not verify: %v", g, r)
+	}
+	if claims.Workload != executor.ID().String() {
+		t.Errorf("the grant names workload %q, want the executor %s", claims.Workload, executor.ID())
 	}
 	first := lease.ExpiresAt()
 	testkit.Eventually(t, 15*time.Second, "a renewal", func() bool {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"lock.dev/internal/identity"
 	"lock.dev/internal/lockserver"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/testkit"
@@ -44,6 +45,8 @@ func newWorld(t *testing.T) *world {
 	cfg.UnsafeNonDurableDB = true // the test cluster runs with fsync off
 	cfg.LockdbMaxConns = 8
 	cfg.MinTTL = 100 * time.Millisecond
+	// about leases, not identity (docs/contracts/workload-identity.md): plaintext.
+	cfg.Identity = identity.Settings{UnsafeNoAuth: true}
 	cfg.Listener = sl
 	cfg.LogOutput = io.Discard
 	ctx, cancel := context.WithCancel(context.Background())
