@@ -73,6 +73,9 @@ type env struct {
 	hc *http.Client
 	// certs is the directory of the workloads' SVIDs with identities, else "".
 	certs string
+	// creator creates payouts (create): client, or with identities the
+	// payout creator's client (the executor may not create).
+	creator *payment.Client
 }
 
 // start runs payment-resource on a fresh migrated paydb, on a port-0 listener,
@@ -136,9 +139,11 @@ func startOn(t testing.TB, dbURL string, opts ...func(*payment.Config)) *env {
 		e.certs = filepath.Dir(cfg.Identity.CAFile)
 		e.hc = e.httpAs(t, identity.NameOps)
 		e.client = e.as(t, identity.NameExecutor)
+		e.creator = e.as(t, identity.NamePayoutCreator)
 	} else {
 		e.client = payment.NewClient(e.base)
 		e.client.HTTP.Transport = conformance.TrackedRoundTripper(e.client.HTTP.Transport)
+		e.creator = e.client
 	}
 	e.db = pgtest.Pool(t, dbURL)
 	testkit.EventuallyState(t, 15*time.Second, "payment-resource to be ready", func() (bool, string) {
@@ -258,7 +263,7 @@ func (e *env) httpAs(t testing.TB, name string) *http.Client {
 
 func (e *env) create(t testing.TB, id, account string, amount int64) lockapi.Payout {
 	t.Helper()
-	p, err := e.client.Create(context.Background(), lockapi.SubmissionRequest{
+	p, err := e.creator.Create(context.Background(), lockapi.SubmissionRequest{
 		PayoutID: id, AccountID: account, AmountMinor: amount, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"})
 	if err != nil {
 		t.Fatalf("create %s: %v", id, err)
