@@ -6,12 +6,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -441,5 +443,31 @@ func TestEveryRowNamesItsSubmitter(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The role settings are SPIFFE IDs: anything else is a bad setting (exit 2)
+// naming it; and the proxy refuses to start without its grant key set unless
+// UNSAFE_NO_AUTH lifts the refusal (docs/contracts/workload-identity.md).
+func TestRoleAndGrantSettingsFailClosed(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, name := range []string{"RAIL_PROXY_SUBMITTERS", "RAIL_PROXY_READERS"} {
+		_, _, err := ParseConfigTo(nil, env(map[string]string{name: "spiffe://lock.dev/executor,executor"}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=executor: %v, want a bad setting naming it", name, err)
+		}
+	}
+	certs := filepath.Join(t.TempDir(), "certs")
+	if err := identity.WriteCerts(identity.CertsOptions{Dir: certs}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("postgres://127.0.0.1:1/none", "https://127.0.0.1:1")
+	cfg.Identity = identity.Files(certs, identity.NameRailProxy)
+	cfg.LogOutput = io.Discard
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "RAIL_PROXY_GRANT_KEYS_FILE") {
+		t.Errorf("Run without a grant key set: %v, want a refusal naming RAIL_PROXY_GRANT_KEYS_FILE", err)
 	}
 }
