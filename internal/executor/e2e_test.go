@@ -100,7 +100,9 @@ func reclaimFrozen(t *testing.T, st stackT, p string, t1 int64) (*runningExecuto
 	gateB := newGate(p)
 	b := startExecutor(t, st, "fresh-b", func(c *executor.Config) {
 		c.Workers = 1
-		c.LeaseTTL = time.Second
+		// B's lease is frozen while it waits at its gate for A: long enough to
+		// outlast that wait on a loaded machine, so B still holds it to post.
+		c.LeaseTTL = 3 * time.Second
 		c.PauseProbability = 1
 		c.PauseHook = gateB.hook
 	})
