@@ -244,13 +244,16 @@ func TestRailPresentingAnotherIDIsUnsent(t *testing.T) {
 	if a := submitTLS(t, executor, p.URL, 1, newPayout("p-tls-ok", "acct-tls")); a.Status != http.StatusOK {
 		t.Fatalf("over mutual TLS to rail-stub: %+v", a)
 	}
+	if rs := rowsOf(t, db, "p-tls-ok"); len(rs) != 1 || outcomeOf(rs[0]) != "ACKED" {
+		t.Fatalf("rows: %+v", rs)
+	}
 	if n := good.callsFor(t, "p-tls-ok"); n != 1 {
 		t.Fatalf("rail-stub booked p-tls-ok %d times", n)
 	}
 
 	impostor := startTLSStub(t, certs, identity.NameLockServer, 0) // a real stub, with lock-server's SVID
-	p2, executor, db := tlsProxy(t, certs, impostor.URL, nil)
-	unsentAtDial(t, submitTLS(t, executor, p2.URL, 1, newPayout("p-impostor", "acct-imp")), db, "p-impostor")
+	p2, executor, db2 := tlsProxy(t, certs, impostor.URL, nil)
+	unsentAtDial(t, submitTLS(t, executor, p2.URL, 1, newPayout("p-impostor", "acct-imp")), db2, "p-impostor")
 	if cs := impostor.calls(t); len(cs) != 0 {
 		t.Fatalf("the rail presenting another ID was called: %+v", cs)
 	}
