@@ -463,3 +463,67 @@ func TestRailTLSSettingsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A real rail's client certificate is re-read when its files change: the next
+// handshake after the look presents the new one, and a broken new pair keeps
+// the old one, logged tls_reload_failed.
+func TestRealRailClientCertificateIsReRead(t *testing.T) {
+	t.Parallel()
+	a, b := writeRailCerts(t), writeRailCerts(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	put := func(src, name string) {
+		t.Helper()
+		for from, to := range map[string]string{filepath.Join(src, name+".pem"): cert, filepath.Join(src, name+".key"): key} {
+			pem, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Replaced by a rename, as certificate managers do.
+			if err := os.WriteFile(to+".tmp", pem, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(to+".tmp", to); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(a, identity.NameOps)
+	logs := &syncBuffer{}
+	kp, err := newKeyPairFiles(cert, key, slog.New(slog.NewJSONHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() string {
+		t.Helper()
+		c, err := kp.get(nil)
+		if err != nil || c.Leaf == nil {
+			t.Fatalf("get: %v", err)
+		}
+		return c.Leaf.SerialNumber.String()
+	}
+	first := serial()
+	put(b, identity.NameOps)
+	if got := serial(); got != first {
+		t.Fatal("the files were re-read before keyPairReloadEvery passed")
+	}
+	kp.mu.Lock()
+	kp.checked = time.Time{} // as if keyPairReloadEvery had passed
+	kp.mu.Unlock()
+	second := serial()
+	if second == first {
+		t.Fatal("a changed certificate was not re-read")
+	}
+	if err := os.WriteFile(cert, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kp.mu.Lock()
+	kp.checked = time.Time{}
+	kp.mu.Unlock()
+	if got := serial(); got != second {
+		t.Fatal("a broken file replaced the certificate in force")
+	}
+	if ev := logs.events("tls_reload_failed"); len(ev) != 1 {
+		t.Fatalf("tls_reload_failed: %v", ev)
+	}
+}
