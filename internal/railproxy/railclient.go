@@ -182,7 +182,10 @@ func newRailClientTLS(cfg Config, tc *tls.Config) *railClient {
 // UNSENT is decided by whether a connection was obtained, never by an error's
 // text: no connection means no byte of the request left the proxy. Once a
 // connection was obtained, every failure is ambiguous — the request may have
-// been written, and the rail may have moved money.
+// been written, and the rail may have moved money — but one: the rail's TLS
+// refusing the handshake of a fresh connection after the request was written
+// (a handshake-class alert before any byte of reply, railtls.go), when its
+// application never had the request.
 //
 // ctx may end the call sooner than its two bounds; it never makes it longer and
 // never makes it happen twice. A ctx done before the call opens no connection
