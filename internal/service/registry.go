@@ -30,7 +30,7 @@ func DatabaseFamilies(reg prometheus.Registerer) {
 }
 
 // GrantFamilies registers what a grant.Gate registers whether or not grants are
-// verified: grant_rejected_total.
+// verified: grant_rejected_total and grant_without_wid_total.
 func GrantFamilies(reg prometheus.Registerer) {
 	_, _ = grant.NewGate(nil, 0, reg, slog.New(slog.DiscardHandler))
 }
