@@ -1,7 +1,9 @@
 package identity
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -225,5 +227,71 @@ func TestCheckRefusesMissingIdentityUnlessUnsafe(t *testing.T) {
 	}
 	if err := (Settings{CertFile: "c", KeyFile: "k", CAFile: "a"}).CheckURL("X_URL", "http://h:1"); err == nil {
 		t.Fatal("an http:// URL was taken with TLS set")
+	}
+}
+
+// get makes one HTTP/1.1 request on a fresh TLS connection made with cfg, and
+// reports whether the session resumed and the answer's status. The response is
+// read whole, so a TLS 1.3 session ticket sent after the handshake is taken.
+func get(t *testing.T, addr string, cfg *tls.Config) (resumed bool, status int, err error) {
+	t.Helper()
+	d := &tls.Dialer{Config: cfg, NetDialer: &net.Dialer{Timeout: 5 * time.Second}}
+	c, err := d.DialContext(context.Background(), "tcp", addr)
+	if err != nil {
+		return false, 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "POST /do HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"); err != nil {
+		return false, 0, err
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return c.(*tls.Conn).ConnectionState().DidResume, 0, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return c.(*tls.Conn).ConnectionState().DidResume, res.StatusCode, nil
+}
+
+// A resumed session is verified again against the bundle as it is now: a
+// client whose authority has left the server's bundle is not let back in on a
+// session ticket, while before the rotation resumption works (a reconnect
+// pays no full handshake).
+func TestResumedSessionIsVerifiedAgainstTheCurrentBundle(t *testing.T) {
+	dir := certs(t, CertsOptions{})
+	server := load(t, dir, NameLockServer)
+	url, _ := serveGuarded(t, server, []spiffeid.ID{spiffeid.RequireFromString(DefaultID(NameExecutor))})
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/do")
+	cfg := load(t, dir, NameExecutor).ClientConfig(server.ID())
+
+	if _, status, err := get(t, addr, cfg); err != nil || status != 200 {
+		t.Fatalf("first call: %d %v", status, err)
+	}
+	resumed, status, err := get(t, addr, cfg)
+	if err != nil || status != 200 || !resumed {
+		t.Fatalf("second call: resumed %v, %d %v; want a resumed session answered 200", resumed, status, err)
+	}
+
+	// The server's whole set moves to a new authority; the client keeps its
+	// ticket and its old certificate.
+	fresh := certs(t, CertsOptions{})
+	for _, f := range []string{"ca.pem", NameLockServer + ".pem", NameLockServer + ".key"} {
+		b, err := os.ReadFile(filepath.Join(fresh, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f+".tmp"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, f+".tmp"), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := server.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, err := get(t, addr, cfg); err == nil && status == 200 {
+		t.Fatal("a client of the old authority was answered on a resumed session after the bundle moved on")
 	}
 }

@@ -196,6 +196,7 @@ func (s *Source) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509bund
 func (s *Source) ServerConfig() *tls.Config {
 	cfg := tlsconfig.MTLSServerConfig(s, s, tlsconfig.AuthorizeAny())
 	cfg.MinVersion = tls.VersionTLS13
+	cfg.VerifyConnection = s.reverify(tlsconfig.AuthorizeAny())
 	return cfg
 }
 
@@ -208,7 +209,29 @@ func (s *Source) ClientConfig(expect spiffeid.ID) *tls.Config {
 	cfg := tlsconfig.MTLSClientConfig(s, s, tlsconfig.AuthorizeID(expect))
 	cfg.MinVersion = tls.VersionTLS13
 	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(256)
+	cfg.VerifyConnection = s.reverify(tlsconfig.AuthorizeID(expect))
 	return cfg
+}
+
+// reverify verifies a resumed session's peer again, against the bundle as it
+// is now. Go calls VerifyPeerCertificate (where go-spiffe verifies) only on a
+// full handshake; without this, a session ticket would keep letting in a peer
+// whose authority has left the bundle, or whose certificate has expired, since
+// the session began.
+func (s *Source) reverify(authorize tlsconfig.Authorizer) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if !cs.DidResume {
+			return nil
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return ErrNoPeer
+		}
+		id, chains, err := x509svid.Verify(cs.PeerCertificates, s)
+		if err != nil {
+			return fmt.Errorf("resumed session: %w", err)
+		}
+		return authorize(id, chains)
+	}
 }
 
 // ErrNoPeer is a request that arrived without a verified peer identity on a
