@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -96,6 +97,11 @@ func TestBinary(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Errorf("the main port answered plaintext /livez 200")
 		}
+	}
+	noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err := noCert.Get("https://" + addr + "/livez"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the main port answered TLS without a client certificate: %d", resp.StatusCode)
 	}
 	ops, err := identity.Load(identity.Files(certs, identity.NameOps), slog.New(slog.DiscardHandler))
 	if err != nil {
