@@ -23,9 +23,9 @@ const pageLimit = 1000
 // of 1000 lines is about 300 KiB.
 const maxReply = 8 << 20
 
-// statementClient reads the rail's statement through rail-proxy (docs/contracts/reconciliation.md
-// #ct6-statement). A GET moves no money: a failed read is retried by the next
-// pass.
+// statementClient reads the rail's statement through rail-proxy
+// (docs/contracts/reconciliation.md, "The statement, read through rail-proxy").
+// A GET moves no money: a failed read is retried by the next pass.
 type statementClient struct {
 	base string
 	http *http.Client

@@ -1,5 +1,5 @@
 -- +goose Up
--- lock-server's tables (C1 #ct1-lockdb). A lock_lease row is never deleted: its
+-- lock-server's tables (docs/contracts/database.md). A lock_lease row is never deleted: its
 -- token is the lock's memory.
 CREATE TABLE lock_lease (
     lock_name   text        PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- +goose Up
--- rail-proxy's tables (C1 #ct1-paydb): the per-account high-water mark and the
+-- rail-proxy's tables (docs/contracts/database.md): the per-account high-water mark and the
 -- audit trail of every admission attempt.
 CREATE TABLE rail_high_water (
     account_id     text        PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- +goose Up
--- payment-resource's tables (C1 #ct1-payments).
+-- payment-resource's tables (docs/contracts/database.md).
 CREATE TABLE payout (
     payout_id      text        PRIMARY KEY,
     account_id     text        NOT NULL,

@@ -1,5 +1,5 @@
 -- +goose Up
--- C1 #ct1-paydb, the later migration of rail-proxy's tables.
+-- The later migration of rail-proxy's tables (docs/contracts/database.md).
 -- The audit-trail read (GET /v1/rail/submissions?payoutId=) by index, not by a scan.
 CREATE INDEX rail_submission_payout_idx ON rail_submission (payout_id, submission_id);
 -- When the janitor may take this intent for a dead proxy's: set at admission from the

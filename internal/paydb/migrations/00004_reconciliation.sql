@@ -1,5 +1,5 @@
 -- +goose Up
--- Statement reconciliation (C6 #ct6-tables): the reconciler's durable copy of the
+-- Statement reconciliation (docs/contracts/reconciliation.md): the reconciler's durable copy of the
 -- rail's statement, the exceptions it found, and its cursor; payment-resource's
 -- record of each settle; and the payout status NOT_PRESENTED.
 
@@ -40,7 +40,7 @@ CREATE TABLE reconciler_cursor (        -- one row: the last statement seq impor
 );
 
 -- payment-resource's own record of how a settle moved an AMBIGUOUS payout: what a
--- repeated settle is compared with (C6: identical repeat 200, anything else 409),
+-- repeated settle is compared with (identical repeat 200, anything else 409),
 -- and the audit of which statement line closed the payout. One row per payout at
 -- most; written in the settle's transaction, never changed.
 CREATE TABLE payout_settlement (

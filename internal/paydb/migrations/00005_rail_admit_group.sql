@@ -1,8 +1,8 @@
 -- +goose Up
--- rail-proxy's group admission (issue 10; docs/contracts/rail-proxy.md#group-admission):
--- steps 1–2 of C3 #ct3-railproxy for a group of submissions in one call, with the
+-- rail-proxy's group admission (docs/contracts/rail-proxy.md, "Group admission"):
+-- steps 1–2 of the admission for a group of submissions in one call, with the
 -- verdicts, rows and marks that admitting them one by one, in the arrays' order,
--- with C1's pinned upsert and intent insert would give.
+-- with the pinned upsert and intent insert would give.
 --
 -- Step 1 locks the mark row of every account of the group, in account order, so
 -- that two groups (two replicas) always lock in the same order and cannot

@@ -1,5 +1,5 @@
 -- +goose Up
--- rail_admit_group, cheaper (issue 10; docs/contracts/rail-proxy.md#group-admission).
+-- rail_admit_group, cheaper (docs/contracts/rail-proxy.md, "Group admission").
 -- Same arguments, same rows, same verdicts as 00005's; what changed is what
 -- PostgreSQL spends per group. 00005 judged the group in one statement of eight
 -- CTEs: PostgreSQL planned it anew on every call (custom plans for array
