@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	hctx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
-	healthDone, err := s.serveHealth(hctx, cfg)
+	healthDone, err := serve.ServeProbes(hctx, cfg.HealthAddr, cfg.HealthListener, s.health, s.reg, s.logger)
 	if err != nil {
 		_ = ln.Close()
 		return err
@@ -229,30 +229,4 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("rail-stub: %w", err)
 	}
 	return nil
-}
-
-// serveHealth serves /livez, /readyz and /metrics (nothing else) plaintext on
-// HEALTH_ADDR until ctx ends, for kubelet probes and scrapes that present no
-// SVID; it returns a closed channel at once when HEALTH_ADDR is empty.
-func (s *Stub) serveHealth(ctx context.Context, cfg Config) (<-chan error, error) {
-	done := make(chan error, 1)
-	if cfg.HealthAddr == "" && cfg.HealthListener == nil {
-		close(done)
-		return done, nil
-	}
-	ln, err := serve.Listen(cfg.HealthAddr, cfg.HealthListener)
-	if err != nil {
-		return nil, fmt.Errorf("HEALTH_ADDR: %w", err)
-	}
-	mux := http.NewServeMux()
-	serve.Mount(mux, s.health, s.reg)
-	only := http.NewServeMux()
-	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
-		only.Handle("GET "+p, mux)
-	}
-	logger := s.logger.With("listener", "health")
-	go func() {
-		done <- serve.Serve(ctx, ln, serve.Handler(only, logger), serve.NewHealth(), logger)
-	}()
-	return done, nil
 }

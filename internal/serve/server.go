@@ -400,3 +400,31 @@ func ConnFrom(ctx context.Context) net.Conn {
 	c, _ := ctx.Value(connKey{}).(net.Conn)
 	return c
 }
+
+// ServeProbes serves /livez, /readyz and /metrics — nothing else — plaintext on
+// addr (or ln, when handed one) until ctx ends: HEALTH_ADDR, for kubelet probes
+// and scrapes that present no SVID (docs/contracts/workload-identity.md). With
+// neither addr nor ln it returns a closed channel at once; otherwise the
+// channel carries the listener's end.
+func ServeProbes(ctx context.Context, addr string, ln net.Listener, health *Health, reg *prometheus.Registry, logger *slog.Logger) (<-chan error, error) {
+	done := make(chan error, 1)
+	if addr == "" && ln == nil {
+		close(done)
+		return done, nil
+	}
+	ln, err := Listen(addr, ln)
+	if err != nil {
+		return nil, fmt.Errorf("HEALTH_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	Mount(mux, health, reg)
+	only := http.NewServeMux()
+	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
+		only.Handle("GET "+p, mux)
+	}
+	logger = logger.With("listener", "health")
+	go func() {
+		done <- Serve(ctx, ln, Handler(only, logger), NewHealth(), logger)
+	}()
+	return done, nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -169,25 +168,7 @@ func (s *Service) Secure(ctx context.Context, ln net.Listener) net.Listener {
 // until ctx ends, when it is set; it returns at once otherwise. Its error (the
 // address cannot be listened on) ends the run.
 func (s *Service) ServeHealth(ctx context.Context) (<-chan error, error) {
-	done := make(chan error, 1)
-	if s.spec.HealthAddr == "" && s.spec.HealthListener == nil {
-		close(done)
-		return done, nil
-	}
-	ln, err := serve.Listen(s.spec.HealthAddr, s.spec.HealthListener)
-	if err != nil {
-		return nil, fmt.Errorf("HEALTH_ADDR: %w", err)
-	}
-	mux := http.NewServeMux()
-	serve.Mount(mux, s.Health, s.Registry)
-	only := http.NewServeMux()
-	for _, p := range []string{"/livez", "/readyz", "/metrics"} {
-		only.Handle("GET "+p, mux)
-	}
-	go func() {
-		done <- serve.Serve(ctx, ln, serve.Handler(only, s.Logger), serve.NewHealth(), s.Logger.With("listener", "health"))
-	}()
-	return done, nil
+	return serve.ServeProbes(ctx, s.spec.HealthAddr, s.spec.HealthListener, s.Health, s.Registry, s.Logger)
 }
 
 // checkAuth refuses to run without identity or auth material unless
