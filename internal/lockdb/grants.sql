@@ -10,4 +10,8 @@
 -- role: LOCKDB_ROLE_LOCK_SERVER
 -- lock-server (internal/lockserver/store.go): the lease upsert, renew and
 -- release, the history.
-GRANT SELECT, INSERT, UPDATE ON lock_lease, lock_grant TO {{role}};
+GRANT SELECT, INSERT, UPDATE ON lock_lease TO {{role}};
+-- the history: a grant's row is written once, then only its expiry (renew) and
+-- release recorded; who was granted what is never rewritten.
+GRANT SELECT, INSERT ON lock_grant TO {{role}};
+GRANT UPDATE (expires_at, released_at) ON lock_grant TO {{role}};

@@ -29,7 +29,11 @@ END $$;
 -- role: PAYDB_ROLE_RAIL_PROXY
 -- rail-proxy (internal/railproxy/store.go, groupstore.go): the high-water
 -- upsert, the intent and its resolution, the books check's read of the payout.
-GRANT SELECT, INSERT, UPDATE ON rail_submission, rail_high_water TO {{role}};
+GRANT SELECT, INSERT, UPDATE ON rail_high_water TO {{role}};
+-- an attempt is written once and only its resolution filled in later: what was
+-- presented, by whom, is never rewritten.
+GRANT SELECT, INSERT ON rail_submission TO {{role}};
+GRANT UPDATE (outcome, rail_reference, decline_reason, resolved_at) ON rail_submission TO {{role}};
 GRANT SELECT ON payout TO {{role}};
 -- the group admission draws the attempts' ids itself, in arrival order, and
 -- inserts them OVERRIDING SYSTEM VALUE: nextval needs USAGE on the sequence.
