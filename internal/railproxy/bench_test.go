@@ -537,14 +537,20 @@ func BenchmarkIdleConnRSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	pool.Close()
-	stub := startStub(b, 0)
 	n := benchEnv("BENCH_IDLE_CONNS", 1000)
 	tlsOn := benchIdentity(b)
-	env := []string{"UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL=" + dbURL, "RAIL_BASE_URL=" + stub.URL, "LOG_LEVEL=warn",
+	var certs, railURL string
+	if tlsOn {
+		// a proxy with identity calls the rail over mutual TLS only
+		certs = benchCerts(b)
+		railURL = startTLSStub(b, certs, identity.NameRailStub, 0).URL
+	} else {
+		railURL = startStub(b, 0).URL
+	}
+	env := []string{"UNSAFE_NON_DURABLE_DB=true", "PAYDB_URL=" + dbURL, "RAIL_BASE_URL=" + railURL, "LOG_LEVEL=warn",
 		"RAIL_PROXY_BOOKS_CHECK=false"}
 	var cfg *tls.Config
 	if tlsOn {
-		certs := benchCerts(b)
 		id := identity.Files(certs, identity.NameRailProxy)
 		env = append(env, "TLS_CERT_FILE="+id.CertFile, "TLS_KEY_FILE="+id.KeyFile, "TLS_CA_FILE="+id.CAFile)
 		cfg = benchTLS(b, certs)
