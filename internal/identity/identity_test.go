@@ -174,19 +174,7 @@ func TestReloadServesANewCertificateAndKeepsTheOldOnABrokenOne(t *testing.T) {
 	// A new SVID set from the same authority is not possible with WriteCerts
 	// (it makes a new one), so rotate the whole set, as a new authority rollout
 	// would, by renaming a fresh set's files into place.
-	fresh := certs(t, CertsOptions{})
-	for _, f := range []string{"ca.pem", NameLockServer + ".pem", NameLockServer + ".key"} {
-		b, err := os.ReadFile(filepath.Join(fresh, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f+".tmp"), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(filepath.Join(dir, f+".tmp"), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rotate(t, dir, certs(t, CertsOptions{}), "ca.pem", NameLockServer+".pem", NameLockServer+".key")
 	if err := src.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +263,21 @@ func TestResumedSessionIsVerifiedAgainstTheCurrentBundle(t *testing.T) {
 
 	// The server's whole set moves to a new authority; the client keeps its
 	// ticket and its old certificate.
-	fresh := certs(t, CertsOptions{})
-	for _, f := range []string{"ca.pem", NameLockServer + ".pem", NameLockServer + ".key"} {
-		b, err := os.ReadFile(filepath.Join(fresh, f))
+	rotate(t, dir, certs(t, CertsOptions{}), "ca.pem", NameLockServer+".pem", NameLockServer+".key")
+	if err := server.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, err := get(t, addr, cfg); err == nil && status == 200 {
+		t.Fatal("a client of the old authority was answered on a resumed session after the bundle moved on")
+	}
+}
+
+// rotate renames the files of src over those of dir, one by one, as Kubernetes
+// and cert-manager replace mounted files.
+func rotate(t *testing.T, dir, src string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,11 +287,5 @@ func TestResumedSessionIsVerifiedAgainstTheCurrentBundle(t *testing.T) {
 		if err := os.Rename(filepath.Join(dir, f+".tmp"), filepath.Join(dir, f)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := server.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	if _, status, err := get(t, addr, cfg); err == nil && status == 200 {
-		t.Fatal("a client of the old authority was answered on a resumed session after the bundle moved on")
 	}
 }

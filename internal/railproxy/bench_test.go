@@ -439,24 +439,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 // by the benchmark) holds BENCH_INFLIGHT submissions in flight against a rail-stub
 // that answers in 1 s; reports the child's peak resident set (VmHWM).
 func BenchmarkInflightRSS(b *testing.B) {
-	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{MaxConnections: 100})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cluster.Stop() })
-	if err := cluster.CreateDatabase(ctx, "paydb", ""); err != nil {
-		b.Fatal(err)
-	}
-	dbURL := cluster.URL("paydb")
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := paydb.Tree().Migrate(ctx, pool, nil); err != nil {
-		b.Fatal(err)
-	}
-	pool.Close()
+	dbURL := benchPaydb(b, pgcluster.Options{MaxConnections: 100})
 	stub := startStub(b, 1000)
 	inflight := benchEnv("BENCH_INFLIGHT", 2000)
 
@@ -512,15 +495,12 @@ func BenchmarkInflightRSS(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkIdleConnRSS: the real rail-proxy binary (built by the benchmark)
-// holds BENCH_IDLE_CONNS idle keep-alive connections, each having answered one
-// GET /livez; reports the process's resident set before and after they were
-// opened, and the difference per connection. With BENCH_IDENTITY the proxy
-// serves mutual TLS and each connection is a full handshake with the
-// executor's SVID (no session resumption: each is a workload's first).
-func BenchmarkIdleConnRSS(b *testing.B) {
+// benchPaydb starts a throwaway cluster with opts and returns the URL of a
+// migrated paydb on it, stopped when the benchmark ends.
+func benchPaydb(b *testing.B, opts pgcluster.Options) string {
+	b.Helper()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgcluster.Start(ctx, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -533,10 +513,21 @@ func BenchmarkIdleConnRSS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer pool.Close()
 	if _, err := paydb.Tree().Migrate(ctx, pool, nil); err != nil {
 		b.Fatal(err)
 	}
-	pool.Close()
+	return dbURL
+}
+
+// BenchmarkIdleConnRSS: the real rail-proxy binary (built by the benchmark)
+// holds BENCH_IDLE_CONNS idle keep-alive connections, each having answered one
+// GET /livez; reports the process's resident set before and after they were
+// opened, and the difference per connection. With BENCH_IDENTITY the proxy
+// serves mutual TLS and each connection is a full handshake with the
+// executor's SVID (no session resumption: each is a workload's first).
+func BenchmarkIdleConnRSS(b *testing.B) {
+	dbURL := benchPaydb(b, pgcluster.Options{})
 	n := benchEnv("BENCH_IDLE_CONNS", 1000)
 	tlsOn := benchIdentity(b)
 	var certs, railURL string
