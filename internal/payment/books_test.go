@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"lock.dev/internal/payment"
 	"lock.dev/lockapi"
 )
@@ -117,22 +119,20 @@ func (e *env) booksSnapshot(t testing.TB) string {
 // "status token owner railReference declineReason actor", "-" for NULL.
 func (e *env) history(t testing.TB, id string) []string {
 	t.Helper()
-	rows, err := e.db.Query(context.Background(), `SELECT status || ' ' || fence_token || ' ' || coalesce(owner_id, '-') || ' ' ||
+	return e.texts(t, `SELECT status || ' ' || fence_token || ' ' || coalesce(owner_id, '-') || ' ' ||
 	       coalesce(rail_reference, '-') || ' ' || coalesce(decline_reason, '-') || ' ' || coalesce(actor, '-')
 	  FROM payout_history WHERE payout_id = $1 ORDER BY history_id`, id)
+}
+
+// texts runs a query of one text column and returns its rows.
+func (e *env) texts(t testing.TB, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -64,24 +64,7 @@ func (e *env) sendAs(t testing.TB, hc *http.Client, method, path string, h map[s
 // for a NULL actor).
 func (e *env) historyActors(t testing.TB, id string) []string {
 	t.Helper()
-	rows, err := e.db.Query(context.Background(),
-		`SELECT status || '=' || coalesce(actor, '-') FROM payout_history WHERE payout_id = $1 ORDER BY history_id`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return e.texts(t, `SELECT status || '=' || coalesce(actor, '-') FROM payout_history WHERE payout_id = $1 ORDER BY history_id`, id)
 }
 
 // historySnapshot renders the payout history too: a refusal adds no row.

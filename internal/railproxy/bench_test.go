@@ -65,27 +65,20 @@ func benchEnv(name string, def int) int {
 }
 
 // benchBooks is BENCH_BOOKS_CHECK: whether the proxy checks the books.
-func benchBooks(b *testing.B) bool {
-	v := os.Getenv("BENCH_BOOKS_CHECK")
-	if v == "" {
-		return false
-	}
-	on, err := strconv.ParseBool(v)
-	if err != nil {
-		b.Fatalf("BENCH_BOOKS_CHECK=%q: %v", v, err)
-	}
-	return on
-}
+func benchBooks(b *testing.B) bool { return benchBool(b, "BENCH_BOOKS_CHECK") }
 
 // benchIdentity is BENCH_IDENTITY: whether the proxy serves mutual TLS.
-func benchIdentity(b *testing.B) bool {
-	v := os.Getenv("BENCH_IDENTITY")
+func benchIdentity(b *testing.B) bool { return benchBool(b, "BENCH_IDENTITY") }
+
+// benchBool reads a boolean setting of the benchmarks; unset is false.
+func benchBool(b *testing.B, name string) bool {
+	v := os.Getenv(name)
 	if v == "" {
 		return false
 	}
 	on, err := strconv.ParseBool(v)
 	if err != nil {
-		b.Fatalf("BENCH_IDENTITY=%q: %v", v, err)
+		b.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return on
 }
