@@ -1,12 +1,15 @@
 package identity
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
@@ -101,4 +104,19 @@ func PeerID(r *http.Request) (spiffeid.ID, error) {
 		c = u.NetConn()
 	}
 	return spiffeid.ID{}, ErrNoPeer
+}
+
+// Secure is what a server does with its listener at start: auth_enabled
+// announced (Announce, with why when not enabled), and — with src — ln serving
+// mutual TLS with src's SVID, re-read on change until ctx ends, logged as
+// tls_enabled with attrs. Without src it is ln itself, plaintext.
+func Secure(ctx context.Context, ln net.Listener, src *Source, reg prometheus.Registerer, logger *slog.Logger,
+	enabled bool, why string, attrs ...any) net.Listener {
+	Announce(ctx, reg, logger, enabled, why)
+	if src == nil {
+		return ln
+	}
+	go src.Watch(ctx)
+	logger.Info("serving mutual TLS", append([]any{"event", "tls_enabled", "id", src.ID().String()}, attrs...)...)
+	return NewListener(ln, src.ServerConfig())
 }

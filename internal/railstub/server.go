@@ -209,15 +209,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		_ = ln.Close()
 		return err
 	}
-	identity.Announce(ctx, s.reg, s.logger, s.source != nil,
-		"TLS_CERT_FILE, TLS_KEY_FILE or TLS_CA_FILE is empty: plaintext, callers not verified")
-	if s.source != nil {
-		go s.source.Watch(ctx)
-		s.logger.Info("serving mutual TLS", "event", "tls_enabled", "id", s.source.ID().String(),
-			"clients", identity.IDsString(s.roles.clients), "readers", identity.IDsString(s.roles.readers),
-			"admins", identity.IDsString(s.roles.admins))
-		ln = identity.NewListener(ln, s.source.ServerConfig())
-	}
+	ln = identity.Secure(ctx, ln, s.source, s.reg, s.logger, s.source != nil,
+		"TLS_CERT_FILE, TLS_KEY_FILE or TLS_CA_FILE is empty: plaintext, callers not verified",
+		"clients", identity.IDsString(s.roles.clients), "readers", identity.IDsString(s.roles.readers),
+		"admins", identity.IDsString(s.roles.admins))
 	stopAfter := context.AfterFunc(ctx, s.stop)
 	defer stopAfter()
 	err = fastserve.ServeFast(ctx, ln, s.handler, s.health, s.logger)

@@ -155,13 +155,7 @@ func (s *Service) ClientTLS(peer spiffeid.ID) *tls.Config {
 // until ctx ends, and auth_enabled announced; ln itself without identity. A
 // service that serves through Serve does not call it.
 func (s *Service) Secure(ctx context.Context, ln net.Listener) net.Listener {
-	identity.Announce(ctx, s.Registry, s.Logger, s.AuthEnabled(), strings.Join(s.authMissing, "; "))
-	if s.Identity == nil {
-		return ln
-	}
-	go s.Identity.Watch(ctx)
-	s.Logger.Info("serving mutual TLS", "event", "tls_enabled", "id", s.Identity.ID().String())
-	return identity.NewListener(ln, s.Identity.ServerConfig())
+	return identity.Secure(ctx, ln, s.Identity, s.Registry, s.Logger, s.AuthEnabled(), strings.Join(s.authMissing, "; "))
 }
 
 // ServeHealth serves /livez, /readyz and /metrics plaintext on HEALTH_ADDR
