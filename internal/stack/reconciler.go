@@ -66,18 +66,7 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 // Metric reads one series of the reconciler's /metrics, as exposed (name with its
 // labels, e.g. `reconciler_settled_total{to="paid"}`).
 func (r *Reconciler) Metric(ctx context.Context, series string) (float64, error) {
-	fams, err := testkit.Scrape(ctx, r.Client, r.URL+"/metrics")
-	if err != nil {
-		return 0, err
-	}
-	v, ok, err := fams.Lookup(series)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, fmt.Errorf("metrics of %s: no series %s", r.URL, series)
-	}
-	return v, nil
+	return testkit.ReadMetricWith(ctx, r.Client, r.URL, series)
 }
 
 // completedPasses is reconciler_pass_total{result="completed"}.

@@ -622,16 +622,5 @@ func (s *Stack) ReadMetric(ctx context.Context, service, series string) (float64
 	if base == "" {
 		return 0, fmt.Errorf("stack: no service %q", service)
 	}
-	fams, err := testkit.Scrape(ctx, s.HTTPClient(identity.NameOps, service), base+"/metrics")
-	if err != nil {
-		return 0, err
-	}
-	v, ok, err := fams.Lookup(series)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, fmt.Errorf("metrics of %s: no series %s", service, series)
-	}
-	return v, nil
+	return testkit.ReadMetricWith(ctx, s.HTTPClient(identity.NameOps, service), base, series)
 }

@@ -67,7 +67,14 @@ func Scrape(ctx context.Context, client *http.Client, url string) (Families, err
 // with all its labels (e.g. `payout_settle_total{outcome="paid"}`; the order of
 // the labels does not matter). A series that is not exposed is an error.
 func ReadMetric(ctx context.Context, base, series string) (float64, error) {
-	fams, err := Scrape(ctx, nil, base+"/metrics")
+	return ReadMetricWith(ctx, nil, base, series)
+}
+
+// ReadMetricWith is ReadMetric through client (nil: a plain client of
+// Scrape's); a service serving mutual TLS needs a client with a workload's
+// certificate.
+func ReadMetricWith(ctx context.Context, client *http.Client, base, series string) (float64, error) {
+	fams, err := Scrape(ctx, client, base+"/metrics")
 	if err != nil {
 		return 0, err
 	}
