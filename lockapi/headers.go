@@ -24,6 +24,18 @@ const (
 	HeaderFencingGrant = "X-Fencing-Grant"
 )
 
+// FencingHeaders are the headers of a fenced call: X-Fencing-Token and
+// X-Owner-Id, and X-Fencing-Grant when grant is not empty.
+func FencingHeaders(token int64, grant, owner string) http.Header {
+	h := http.Header{}
+	h.Set(HeaderFencingToken, strconv.FormatInt(token, 10))
+	h.Set(HeaderOwnerID, owner)
+	if grant != "" {
+		h.Set(HeaderFencingGrant, grant)
+	}
+	return h
+}
+
 // Value bounds (docs/contracts/README.md).
 const (
 	MaxBodyBytes       = 64 << 10

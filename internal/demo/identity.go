@@ -249,16 +249,6 @@ func (row IdentityRow) refusedAs(want string) bool {
 
 func (row IdentityRow) ok() bool { return row.Status >= 200 && row.Status < 300 }
 
-func fencing(token int64, grant, owner string) http.Header {
-	h := http.Header{}
-	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
-	h.Set(lockapi.HeaderOwnerID, owner)
-	if grant != "" {
-		h.Set(lockapi.HeaderFencingGrant, grant)
-	}
-	return h
-}
-
 func (x *intruder) locks(name string) *lockclient.Client {
 	return lockclient.New(x.st.LockServerURL, lockclient.WithTLSConfig(x.st.ClientTLS(name, identity.NameLockServer)))
 }
@@ -369,7 +359,7 @@ func (x *intruder) hold(ctx context.Context, account, payout string, claim bool)
 	}
 	if claim {
 		r := call(ctx, x.st.HTTPClient(identity.NameExecutor, identity.NamePaymentResource), http.MethodPost,
-			x.st.PaymentURL+"/v1/payouts/"+url.PathEscape(payout)+"/claim", fencing(l.Token(), l.Grant(), identityOwner), nil)
+			x.st.PaymentURL+"/v1/payouts/"+url.PathEscape(payout)+"/claim", lockapi.FencingHeaders(l.Token(), l.Grant(), identityOwner), nil)
 		if r.err != nil || r.status != http.StatusOK {
 			x.drop(ctx, h)
 			return nil, fmt.Errorf("claim %s as the executor: %d %v %v", payout, r.status, r.problem, r.err)
@@ -387,7 +377,7 @@ func (x *intruder) drop(ctx context.Context, h *held) {
 // submitAs presents h's payout (body: the payout as the caller sends it) to
 // rail-proxy as the workload name, with h's token, grant and owner.
 func (x *intruder) submitAs(ctx context.Context, name string, h *held, body lockapi.SubmissionRequest) reply {
-	hd := fencing(h.lease.Token(), h.lease.Grant(), identityOwner)
+	hd := lockapi.FencingHeaders(h.lease.Token(), h.lease.Grant(), identityOwner)
 	hd.Set(lockapi.HeaderIdempotencyKey, body.PayoutID+":"+strconv.FormatInt(h.lease.Token(), 10))
 	return call(ctx, x.st.HTTPClient(name, identity.NameRailProxy), http.MethodPost, x.st.ProxyURL+"/v1/rail/submissions", hd, body)
 }
@@ -483,7 +473,7 @@ func (x *intruder) othersLease(ctx context.Context) ([]IdentityRow, error) {
 	want := "403 " + lockapi.CodeNotLeaseHolder
 	const longTTL = 2 * time.Minute // far beyond what the holder's renewals set: its effect shows
 	renew := call(ctx, client, http.MethodPost, x.st.LockServerURL+"/v1/locks/"+url.PathEscape(lock)+"/renew",
-		fencing(h.lease.Token(), "", identityOwner), lockapi.LeaseRequest{TTLMs: longTTL.Milliseconds()}).row(IdentityRow{
+		lockapi.FencingHeaders(h.lease.Token(), "", identityOwner), lockapi.LeaseRequest{TTLMs: longTTL.Milliseconds()}).row(IdentityRow{
 		Row: "4a", Service: "lock-server", Want: want,
 		Attack: secondExecutor + " renews the executor's lease of " + lock + " (its token and owner)",
 	})
@@ -499,7 +489,7 @@ func (x *intruder) othersLease(ctx context.Context) ([]IdentityRow, error) {
 	renew.Refused, renew.Made = renew.refusedAs(want) && !extended, renew.ok() && extended
 
 	release := call(ctx, client, http.MethodPost, x.st.LockServerURL+"/v1/locks/"+url.PathEscape(lock)+"/release",
-		fencing(h.lease.Token(), "", identityOwner), nil).row(IdentityRow{
+		lockapi.FencingHeaders(h.lease.Token(), "", identityOwner), nil).row(IdentityRow{
 		Row: "4b", Service: "lock-server", Want: want,
 		Attack: secondExecutor + " releases the executor's lease of " + lock,
 	})

@@ -129,7 +129,7 @@ func (c *Client) Claim(ctx context.Context, id string, token int64, owner string
 // (docs/contracts/signed-grants.md; "" sends none).
 func (c *Client) ClaimWithGrant(ctx context.Context, id string, token int64, grant, owner string) (lockapi.Payout, error) {
 	var p lockapi.Payout
-	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, fencing(token, grant, owner), nil, &p)
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/claim", nil, lockapi.FencingHeaders(token, grant, owner), nil, &p)
 	return p, err
 }
 
@@ -143,18 +143,8 @@ func (c *Client) Post(ctx context.Context, id string, token int64, owner string,
 // (docs/contracts/signed-grants.md; "" sends none).
 func (c *Client) PostWithGrant(ctx context.Context, id string, token int64, grant, owner string, req lockapi.PostRequest) (lockapi.Payout, error) {
 	var p lockapi.Payout
-	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, fencing(token, grant, owner), req, &p)
+	err := c.do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/post", nil, lockapi.FencingHeaders(token, grant, owner), req, &p)
 	return p, err
-}
-
-func fencing(token int64, grant, owner string) http.Header {
-	h := http.Header{}
-	h.Set(lockapi.HeaderFencingToken, strconv.FormatInt(token, 10))
-	h.Set(lockapi.HeaderOwnerID, owner)
-	if grant != "" {
-		h.Set(lockapi.HeaderFencingGrant, grant)
-	}
-	return h
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, in, out any) error {
