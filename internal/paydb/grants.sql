@@ -54,10 +54,14 @@ END $$;
 GRANT SELECT, INSERT, UPDATE ON payout TO {{role}};
 GRANT SELECT, INSERT ON ledger_entry, payout_history, payout_settlement TO {{role}};
 GRANT SELECT ON rail_submission, rail_statement_line, reconciler_cursor, reconciliation_exception TO {{role}};
+-- a NOT_PRESENTED settle's window is judged against the payout's account's
+-- coverage (statements from files) as well as the cursor's read_at.
+GRANT SELECT ON statement_coverage TO {{role}};
 
 -- role: PAYDB_ROLE_RECONCILER
 -- the reconciler (internal/reconcile/store.go): the statement's copy (appended),
--- its exceptions, its cursor; it reads the payouts and rail-proxy's attempts.
-GRANT SELECT, INSERT ON rail_statement_line, reconciliation_exception TO {{role}};
-GRANT SELECT, INSERT, UPDATE ON reconciler_cursor TO {{role}};
+-- its exceptions, its cursor, the statement files it imported (appended) and
+-- each account's coverage; it reads the payouts and rail-proxy's attempts.
+GRANT SELECT, INSERT ON rail_statement_line, reconciliation_exception, statement_file TO {{role}};
+GRANT SELECT, INSERT, UPDATE ON reconciler_cursor, statement_coverage TO {{role}};
 GRANT SELECT ON payout, rail_submission TO {{role}};
