@@ -71,6 +71,10 @@ type Config struct {
 	// SettleAfter is PAYMENT_SETTLE_AFTER: a NOT_PRESENTED settle needs the
 	// statement read this long after the payout's attempt (docs/contracts/books.md).
 	SettleAfter time.Duration
+	// RailProfile is PAYMENT_RAIL_PROFILE: ProfileStub (the default) or
+	// ProfileISO20022, which refuses at creation a payout the ISO 20022 rail
+	// could never present (profile.go, docs/contracts/payments.md).
+	RailProfile string
 
 	Listener  net.Listener // when set, serve on it instead of listening on Addr (tests, lockdemo)
 	LogOutput io.Writer    // nil means os.Stdout
@@ -90,6 +94,7 @@ func DefaultConfig() Config {
 		PaydbMaxConns: DefaultMaxConns,
 		BooksCheck:    true,
 		SettleAfter:   DefaultSettleAfter,
+		RailProfile:   ProfileStub,
 
 		GrantWidRequired: true,
 		// The roles' defaults: the default workload names in the default trust
@@ -148,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.SettleAfter <= 0 {
 		return serve.Invalid("PAYMENT_SETTLE_AFTER", "must be positive, got %s", c.SettleAfter)
+	}
+	if !validProfile(c.RailProfile) {
+		return serve.Invalid("PAYMENT_RAIL_PROFILE", "must be %s or %s, got %q", ProfileStub, ProfileISO20022, c.RailProfile)
 	}
 	if c.DBTimeout < 0 {
 		return fmt.Errorf("payment: DBTimeout must not be negative")
@@ -218,6 +226,8 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 			"post only the outcome the audit trail recorded and settle only as the statement copy says (docs/contracts/books.md); false only when the callers' books live in another database (logged at WARN)")
 		s.Duration(&cfg.SettleAfter, "PAYMENT_SETTLE_AFTER", DefaultSettleAfter,
 			"how long after a payout's attempt the statement must have been read before a NOT_PRESENTED settle is taken; set it as RECONCILER_SETTLE_AFTER")
+		s.String(&cfg.RailProfile, "PAYMENT_RAIL_PROFILE", ProfileStub,
+			"the rail whose limits a payout must fit at creation: stub (any payout the API allows) or iso20022 (also refuses a payoutId over 35, an accountId or beneficiary over 34 characters, a currency without an ISO 4217 minor unit; set it with rail-proxy's RAIL_PROTOCOL=iso20022)")
 	})
 	if err != nil {
 		return cmd, cfg, err

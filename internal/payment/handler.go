@@ -22,6 +22,7 @@ type handlers struct {
 	dbTimeout time.Duration
 
 	settleToken string      // PAYMENT_SETTLE_TOKEN; empty: the settle route is not mounted
+	railProfile string      // PAYMENT_RAIL_PROFILE: the rail's limits a created payout must fit (profile.go)
 	grants      *grant.Gate // claims and posts must prove their token, when it verifies
 	// caller is the verified workload of a request (identity.Guard.Caller), ""
 	// without identities: recorded as the actor of each move it makes.
@@ -43,6 +44,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, errs := jsonbody.ParseSubmissionRequest(body)
+	errs = append(errs, refuseForRail(h.railProfile, req, errs)...)
 	if len(errs) > 0 {
 		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
 		return

@@ -264,16 +264,16 @@ func TestParseConfig(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	cmd, cfg, err := payment.ParseConfig(nil, env(nil))
 	if err != nil || cmd != "serve" || cfg.Addr != ":8082" || cfg.LogLevel != "info" || cfg.PaydbMaxConns != 20 || cfg.PaydbURL != "" ||
-		cfg.UnsafeNonDurableDB || !cfg.BooksCheck || cfg.SettleAfter != 5*time.Minute {
+		cfg.UnsafeNonDurableDB || !cfg.BooksCheck || cfg.SettleAfter != 5*time.Minute || cfg.RailProfile != payment.ProfileStub {
 		t.Fatalf("defaults: %q %+v %v", cmd, cfg, err)
 	}
 	vars := map[string]string{"PAYMENT_RESOURCE_ADDR": "127.0.0.1:9000", "LOG_LEVEL": "debug",
 		"PAYDB_URL": "postgres://u:secret@db.example:5432/paydb", "PAYDB_MAX_CONNS": "7", "UNSAFE_NON_DURABLE_DB": "true",
-		"PAYMENT_BOOKS_CHECK": "false", "PAYMENT_SETTLE_AFTER": "90s"}
+		"PAYMENT_BOOKS_CHECK": "false", "PAYMENT_SETTLE_AFTER": "90s", "PAYMENT_RAIL_PROFILE": "iso20022"}
 	cmd, cfg, err = payment.ParseConfig([]string{"migrate", "--paydb-max-conns", "9", "--payment-settle-after", "2m"}, env(vars))
 	if err != nil || cmd != "migrate" || cfg.Addr != "127.0.0.1:9000" || cfg.LogLevel != "debug" ||
 		cfg.PaydbMaxConns != 9 || cfg.PaydbURL != vars["PAYDB_URL"] || !cfg.UnsafeNonDurableDB ||
-		cfg.BooksCheck || cfg.SettleAfter != 2*time.Minute {
+		cfg.BooksCheck || cfg.SettleAfter != 2*time.Minute || cfg.RailProfile != payment.ProfileISO20022 {
 		t.Fatalf("env and flags: %q %+v %v", cmd, cfg, err)
 	}
 	if _, cfg, err = payment.ParseConfig([]string{"--unsafe-non-durable-db=false"}, env(vars)); err != nil || cfg.UnsafeNonDurableDB {
@@ -298,6 +298,8 @@ func TestParseConfig(t *testing.T) {
 		{nil, map[string]string{"PAYMENT_SETTLE_AFTER": "-1m"}, "PAYMENT_SETTLE_AFTER"},
 		{nil, map[string]string{"PAYMENT_SETTLE_AFTER": "soon"}, "PAYMENT_SETTLE_AFTER"},
 		{nil, map[string]string{"PAYMENT_BOOKS_CHECK": "maybe"}, "PAYMENT_BOOKS_CHECK"},
+		{nil, map[string]string{"PAYMENT_RAIL_PROFILE": "swift"}, "PAYMENT_RAIL_PROFILE"},
+		{nil, map[string]string{"PAYMENT_RAIL_PROFILE": "ISO20022"}, "PAYMENT_RAIL_PROFILE"},
 	} {
 		_, _, err := payment.ParseConfig(tc.args, env(tc.env))
 		var ue *serve.UsageError
@@ -315,7 +317,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, s := range []string{"PAYMENT_RESOURCE_ADDR", ":8082", "LOG_LEVEL", "PAYDB_URL", "PAYDB_MAX_CONNS", "20", "UNSAFE_NON_DURABLE_DB", "migrate", "PAYMENT_SETTLE_TOKEN",
-		"PAYMENT_BOOKS_CHECK", "PAYMENT_SETTLE_AFTER", "5m0s"} {
+		"PAYMENT_BOOKS_CHECK", "PAYMENT_SETTLE_AFTER", "5m0s", "PAYMENT_RAIL_PROFILE", "iso20022"} {
 		if !strings.Contains(usage.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, usage.String())
 		}

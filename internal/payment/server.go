@@ -83,10 +83,10 @@ func Run(ctx context.Context, cfg Config) error {
 		st := &store{pool: pool, books: cfg.BooksCheck, settleAfter: cfg.SettleAfter}
 		g := sv.Guard(routes()...)
 		h := &handlers{store: st, metrics: m, logger: sv.Logger, dbTimeout: cfg.dbTimeout(), settleToken: cfg.SettleToken,
-			grants: gate, caller: g.Caller}
+			railProfile: cfg.RailProfile, grants: gate, caller: g.Caller}
 		return sv.Serve(ctx, newServer(h, g, rs, sv.Health, sv.Registry), serve.Serve, func(string) {
 			sv.Logger.Info("starting", "maxConns", cfg.PaydbMaxConns, "dbTimeout", cfg.dbTimeout().String(),
-				"settleEndpoint", cfg.SettleToken != "", "booksCheck", cfg.BooksCheck, "settleAfter", cfg.SettleAfter.String(),
+				"settleEndpoint", cfg.SettleToken != "", "booksCheck", cfg.BooksCheck, "settleAfter", cfg.SettleAfter.String(), "railProfile", cfg.RailProfile,
 				"creators", identity.IDsString(rs.creators), "workers", identity.IDsString(rs.workers),
 				"settlers", identity.IDsString(rs.settlers), "readers", identity.IDsString(rs.readers),
 				"grantWidRequired", cfg.GrantWidRequired)
