@@ -83,7 +83,33 @@ type Options struct {
 	Env map[string]map[string]string
 	// Log receives every service's JSON log lines; nil discards them.
 	Log io.Writer
+	// RailProtocol is the language rail-proxy and rail-stub speak: RailStub
+	// ("" too, the services' default) or RailISO20022 — RAIL_STUB_PROTOCOL on
+	// rail-stub, RAIL_PROTOCOL on rail-proxy and PAYMENT_RAIL_PROFILE on
+	// payment-resource (docs/contracts/iso20022.md). Env may override each.
+	RailProtocol string
+	// StatementSource is where the reconcilers the stack starts read the rail's
+	// statement: StatementProxy ("" too, the default: rail-proxy's statement
+	// route) or StatementDir — rail-stub writes its accepted calls as camt.053
+	// files to StatementDir (RAIL_STUB_STATEMENT_DIR, one every
+	// StatementEvery) and the reconcilers import them from there
+	// (RECONCILER_STATEMENT_SOURCE=dir, RECONCILER_STATEMENT_DIR;
+	// docs/contracts/reconciliation.md).
+	StatementSource string
 }
+
+// The values of Options.RailProtocol and Options.StatementSource.
+const (
+	RailStub       = "stub"
+	RailISO20022   = "iso20022"
+	StatementProxy = "proxy"
+	StatementDir   = "dir"
+)
+
+// StatementEvery is RAIL_STUB_STATEMENT_EVERY with StatementSource dir: short,
+// so a run's accepted calls reach the books within a second (the services'
+// default is 5 s).
+const StatementEvery = 500 * time.Millisecond
 
 // Stack is a running system.
 type Stack struct {
@@ -109,10 +135,15 @@ type Stack struct {
 	CertsDir string
 	// GrantsDir holds the grant key pair (GrantEnv); empty with UnsafeNoAuth.
 	GrantsDir string
-	tmp       string                        // removed by Close
-	grants    map[string]map[string]string  // GrantEnv's settings, without UnsafeNoAuth
-	sources   map[string]*identity.Source   // by workload name, loaded on first use (mu)
-	clients   map[[2]string]*http.Transport // by caller and peer (mu)
+	// StatementDir is the directory rail-stub writes its camt.053 statement
+	// files to and the reconcilers import them from, with Options.StatementSource
+	// dir; else empty.
+	StatementDir string
+
+	tmp     string                        // removed by Close
+	grants  map[string]map[string]string  // GrantEnv's settings, without UnsafeNoAuth
+	sources map[string]*identity.Source   // by workload name, loaded on first use (mu)
+	clients map[[2]string]*http.Transport // by caller and peer (mu)
 	// SettleToken is payment-resource's PAYMENT_SETTLE_TOKEN, drawn at Start
 	// (unless Options.Env sets it), which the reconcilers are given.
 	SettleToken string
@@ -140,10 +171,16 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			_ = st.Close()
 		}
 	}()
+	if err := opts.checkRail(); err != nil {
+		return nil, err
+	}
 	if err := s.databases(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.identities(); err != nil {
+		return nil, err
+	}
+	if err := s.statementDir(); err != nil {
 		return nil, err
 	}
 
@@ -281,6 +318,7 @@ func (s *Stack) env(service string, base map[string]string) map[string]string {
 	m := map[string]string{"LOG_LEVEL": "info"}
 	maps.Copy(m, s.WorkloadEnv(service))
 	maps.Copy(m, s.grants[service])
+	maps.Copy(m, s.railEnv(service))
 	maps.Copy(m, base)
 	maps.Copy(m, s.opts.Env[service])
 	return m
@@ -497,11 +535,10 @@ func (s *Stack) identities() error {
 	if s.opts.UnsafeNoAuth {
 		return nil
 	}
-	tmp, err := os.MkdirTemp("", "lockdev-stack-")
+	tmp, err := s.tempDir()
 	if err != nil {
 		return fmt.Errorf("stack: identities: %w", err)
 	}
-	s.tmp = tmp
 	s.CertsDir, s.GrantsDir = filepath.Join(tmp, "certs"), filepath.Join(tmp, "grants")
 	names := append(identity.DefaultNames(), s.opts.Workloads...)
 	if err := identity.WriteCerts(identity.CertsOptions{Dir: s.CertsDir, Names: names}); err != nil {
