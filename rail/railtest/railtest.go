@@ -1,6 +1,14 @@
 // Package railtest is the conformance suite every rail adapter runs: the
 // properties the gate relies on whatever language the rail speaks. An adapter
 // that fails it is not safe to put behind the gate.
+//
+// The suite feeds the adapter a well-behaved rail's replies, written by the
+// adapter's Harness, and corrupted copies of them: a decline is never taken for
+// an accept, an unparsable or truncated 200 resolves nothing, an accept under
+// any status but 200 is not accepted, an answer naming another payment is not
+// understood, a reference or reason holding a control character is not
+// understood, a statement page is read whole — field for field, or an error —
+// and the health and statement requests are GETs.
 package railtest
 
 import (
@@ -37,12 +45,16 @@ type Failure struct {
 	What  string // what the adapter did instead
 }
 
-// Run runs every check of the suite against a, one subtest per check, failing
-// t for each property a breaks.
+// Run runs every check of the suite against a, one subtest per check (named as
+// Failure.Check), failing the subtest for each breach of its property.
 func Run(t *testing.T, a rail.Adapter, h Harness) {
 	t.Helper()
-	for _, f := range Check(a, h) {
-		t.Errorf("%s: %s", f.Check, f.What)
+	for _, c := range suite() {
+		t.Run(c.name, func(t *testing.T) {
+			for _, what := range runCheck(c, a, h) {
+				t.Errorf("%s", what)
+			}
+		})
 	}
 }
 
