@@ -101,6 +101,10 @@ type callLog struct {
 	written int64 // lines ever written to file, across resets; what a sync covers
 	broken  error // the file failed; no call is taken any more
 	closed  bool
+	// filing keeps every booked call in unfiled too, until the statement files
+	// take them (takeUnfiled); a reset forgets calls, not what is yet to be filed.
+	filing  bool
+	unfiled []Call
 
 	syncMu sync.Mutex
 	synced int64 // written count covered by the last successful fsync
@@ -199,6 +203,9 @@ func (l *callLog) record(fill func(c *Call)) (Call, error) {
 		mark = l.written
 	}
 	l.calls = append(l.calls, c)
+	if l.filing {
+		l.unfiled = append(l.unfiled, c)
+	}
 	l.next++
 	l.mu.Unlock()
 
@@ -240,6 +247,32 @@ func (l *callLog) list(after int64, limit int) []Call {
 	i := sort.Search(len(l.calls), func(i int) bool { return l.calls[i].Seq > after })
 	end := min(len(l.calls), i+limit)
 	return append(make([]Call, 0, end-i), l.calls[i:end]...) // never nil: the wire shows [] not null
+}
+
+// listAccepted returns up to limit accepted calls with seq > after, in arrival
+// order: a page of a statement, which lists only what moved, still holds limit
+// entries when there are that many, however many declines lie between them.
+func (l *callLog) listAccepted(after int64, limit int) []Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Call
+	for i := sort.Search(len(l.calls), func(i int) bool { return l.calls[i].Seq > after }); i < len(l.calls) && len(out) < limit; i++ {
+		if l.calls[i].Result == ResultAccepted {
+			out = append(out, l.calls[i])
+		}
+	}
+	return out
+}
+
+// takeUnfiled hands over the calls booked since the last take, and the moment
+// of the take: read under the lock that books calls, so every call booked before
+// that moment is in this take or an earlier one.
+func (l *callLog) takeUnfiled() ([]Call, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.unfiled
+	l.unfiled = nil
+	return cs, time.Now().UTC()
 }
 
 // reset forgets every call: the next is seq 1 and the file is empty.

@@ -18,6 +18,15 @@ import (
 // the system; a larger value is far more likely a unit mistake than an experiment.
 const MaxLatencyMs = 60_000
 
+// The values of RAIL_STUB_PROTOCOL: the language the stub takes payments in.
+const (
+	ProtocolStub     = "stub"
+	ProtocolISO20022 = "iso20022"
+)
+
+// DefaultStatementEvery is RAIL_STUB_STATEMENT_EVERY's default.
+const DefaultStatementEvery = 5 * time.Second
+
 // Config is every rail-stub setting of docs/contracts/configuration.md, plus the in-process hooks
 // every service has.
 type Config struct {
@@ -28,6 +37,15 @@ type Config struct {
 	DropRate    float64 // RAIL_STUB_DROP_RATE, 0..1
 	Seed        *int64  // RAIL_STUB_SEED; nil picks a random seed, which is logged
 	CallLogPath string  // RAIL_STUB_CALL_LOG; empty keeps the call log in memory only
+	// Protocol is RAIL_STUB_PROTOCOL: ProtocolStub (the JSON payment route) or
+	// ProtocolISO20022 (pain.001 in, pain.002 back, camt.053 for the books).
+	Protocol string
+	// StatementDir is RAIL_STUB_STATEMENT_DIR: where a camt.053 file of the
+	// accepted calls is written every StatementEvery; empty writes none.
+	StatementDir string
+	// StatementEvery is RAIL_STUB_STATEMENT_EVERY, the period of the statement
+	// files; positive.
+	StatementEvery time.Duration
 
 	// Identity is TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE and UNSAFE_NO_AUTH
 	// (docs/contracts/workload-identity.md): with the three files set the stub
@@ -58,7 +76,7 @@ type Config struct {
 
 // DefaultConfig is the configuration with every default (docs/contracts/configuration.md).
 func DefaultConfig() Config {
-	return Config{Addr: ":8084", LogLevel: "info",
+	return Config{Addr: ":8084", LogLevel: "info", Protocol: ProtocolStub, StatementEvery: DefaultStatementEvery,
 		Clients: identity.DefaultIDs(identity.NameRailProxy),
 		Readers: identity.DefaultIDs(identity.NameRailProxy, identity.NameOps),
 		Admins:  identity.DefaultIDs(identity.NameOps)}
@@ -100,6 +118,12 @@ func (c Config) Validate() error {
 	if !validRate(c.DropRate) {
 		return serve.Invalid("RAIL_STUB_DROP_RATE", "must be between 0 and 1, got %v", c.DropRate)
 	}
+	if c.Protocol != ProtocolStub && c.Protocol != ProtocolISO20022 {
+		return serve.Invalid("RAIL_STUB_PROTOCOL", "must be %s or %s, got %q", ProtocolStub, ProtocolISO20022, c.Protocol)
+	}
+	if c.StatementEvery <= 0 {
+		return serve.Invalid("RAIL_STUB_STATEMENT_EVERY", "must be a positive duration, got %v", c.StatementEvery)
+	}
 	if _, err := c.roles(); err != nil {
 		return err
 	}
@@ -128,6 +152,9 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.Float(&cfg.DropRate, "RAIL_STUB_DROP_RATE", def.DropRate, "fraction of accepted payments whose connection is closed without a reply, 0..1 (default 0)")
 		s.String(&seed, "RAIL_STUB_SEED", "", "seed of the chaos decisions, a 64-bit integer; (default: a random one, logged at start)")
 		s.String(&cfg.CallLogPath, "RAIL_STUB_CALL_LOG", def.CallLogPath, "JSON-lines file every call is appended to (fsynced) and loaded from at start; (default: none, calls kept in memory only)")
+		s.String(&cfg.Protocol, "RAIL_STUB_PROTOCOL", def.Protocol, "the language payments are taken in: stub (JSON, POST /rail/v1/payments) or iso20022 (pain.001, pain.002, camt.053)")
+		s.String(&cfg.StatementDir, "RAIL_STUB_STATEMENT_DIR", def.StatementDir, "directory a camt.053 file of the accepted calls is written to every RAIL_STUB_STATEMENT_EVERY; (default: none)")
+		s.Duration(&cfg.StatementEvery, "RAIL_STUB_STATEMENT_EVERY", def.StatementEvery, "period of the statement files, a positive duration")
 		service.BindIdentity(s, &cfg.Identity, &cfg.HealthAddr)
 		s.String(&cfg.Clients, "RAIL_STUB_CLIENTS", def.Clients, "SPIFFE IDs, comma-separated, that may present payments (docs/contracts/workload-identity.md)")
 		s.String(&cfg.Readers, "RAIL_STUB_READERS", def.Readers, "SPIFFE IDs, comma-separated, that may read the call log")

@@ -57,11 +57,10 @@ func parsePayment(b []byte) (PaymentRequest, []lockapi.FieldError) {
 	return p, o.Finish()
 }
 
-// handlePayment is the rail. The order is the point: the call is booked (and on
-// disk, with a file) before chaos does anything to the reply, so a dropped or late
-// reply is still a payment in the books — exactly the ambiguity a real rail hands
-// its callers. A malformed request is refused before booking: it never reached the
-// point where money could move.
+// handlePayment is the rail's JSON front-end: the body bound strictly, then the
+// one booking path both languages share, then the JSON answer. A malformed
+// request is refused before booking: it never reached the point where money
+// could move.
 func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 	body, fault := jsonbody.ReadJSONBody(r)
 	if fault != nil {
@@ -73,6 +72,29 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
 		return
 	}
+	c, answer := s.book(w, r, p, DeclineReason)
+	if !answer {
+		return
+	}
+	if c.Result == ResultDeclined {
+		lockapi.WriteJSON(w, http.StatusUnprocessableEntity, PaymentReply{Status: ResultDeclined, Reason: DeclineReason})
+		return
+	}
+	lockapi.WriteJSON(w, http.StatusOK, PaymentReply{Status: ResultAccepted, RailReference: c.RailReference})
+}
+
+// book is the rail, whatever language the payment came in. The order is the
+// point: the call is booked (and on disk, with a file) before chaos does anything
+// to the reply, so a dropped or late reply is still a payment in the books —
+// exactly the ambiguity a real rail hands its callers. declineReason is what the
+// call log records for a decline: the reason the caller is told, in the
+// caller's language, so the rail's books and the gate's agree.
+//
+// It answers true when the caller is to be told now what became of the call
+// (c.Result); false when the reply is already dealt with: a problem written
+// (the call could not be booked, or not synced), the connection dropped, or the
+// caller gone.
+func (s *Stub) book(w http.ResponseWriter, r *http.Request, p PaymentRequest, declineReason string) (c Call, answer bool) {
 	// Made outside the lock; 128 random bits keep references unique across
 	// resets and restarts, which a seq-derived one would not.
 	ref := "RS-" + rand.Text()
@@ -83,7 +105,7 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 			p.Reference, p.AccountID, p.AmountMinor, p.Currency, p.Beneficiary
 		c.Result, c.LatencyMs, c.Dropped = ResultAccepted, d.latencyMs, d.dropped
 		if d.declined {
-			c.Result, c.Reason = ResultDeclined, DeclineReason
+			c.Result, c.Reason = ResultDeclined, declineReason
 		} else {
 			c.RailReference = ref
 		}
@@ -94,7 +116,7 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 			"reference", p.Reference, "accountId", p.AccountID, "error", err.Error())
 		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeUnavailable,
 			"the rail could not book the call; no payment was made", nil))
-		return
+		return c, false
 	}
 	s.metrics.observe(d)
 	s.logCall(c, err)
@@ -103,24 +125,20 @@ func (s *Stub) handlePayment(w http.ResponseWriter, r *http.Request) {
 		// the payment as possibly made.
 		lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeInternal,
 			"the call was booked but the call log could not be synced; the payment may have been made", nil))
-		return
+		return c, false
 	}
 	if d.dropped {
 		dropConnection(w)
-		return
+		return c, false
 	}
 	switch s.delay(r.Context(), d.latencyMs) {
 	case delayCallerGone:
-		return // the caller gave up; the payment stands, nobody is left to tell
+		return c, false // the caller gave up; the payment stands, nobody is left to tell
 	case delayShutdown:
 		dropConnection(w)
-		return
+		return c, false
 	}
-	if d.declined {
-		lockapi.WriteJSON(w, http.StatusUnprocessableEntity, PaymentReply{Status: ResultDeclined, Reason: DeclineReason})
-		return
-	}
-	lockapi.WriteJSON(w, http.StatusOK, PaymentReply{Status: ResultAccepted, RailReference: c.RailReference})
+	return c, true
 }
 
 // logCall writes the line of every booked call, with typed attributes: it is
@@ -194,9 +212,19 @@ func (s *Stub) delay(ctx context.Context, ms int) delayResult {
 }
 
 func (s *Stub) handleListCalls(w http.ResponseWriter, r *http.Request) {
+	after, limit, errs := pageParams(r)
+	if len(errs) > 0 {
+		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
+		return
+	}
+	lockapi.WriteJSON(w, http.StatusOK, CallList{Calls: s.calls.list(after, limit)})
+}
+
+// pageParams reads a page's after (default 0) and limit (default and at most
+// MaxPageLimit), the rules of GET /rail/v1/calls and GET /iso20022/camt.053.
+func pageParams(r *http.Request) (after int64, limit int, errs []lockapi.FieldError) {
 	q := r.URL.Query()
-	var errs []lockapi.FieldError
-	after, limit := int64(0), int64(MaxPageLimit)
+	after, lim := int64(0), int64(MaxPageLimit)
 	if vs, ok := q["after"]; ok {
 		v, problem := queryInt(vs, 0, 1<<63-1)
 		if problem != "" {
@@ -209,13 +237,9 @@ func (s *Stub) handleListCalls(w http.ResponseWriter, r *http.Request) {
 		if problem != "" {
 			errs = append(errs, lockapi.FieldError{Field: "limit", Problem: problem})
 		}
-		limit = v
+		lim = v
 	}
-	if len(errs) > 0 {
-		lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
-		return
-	}
-	lockapi.WriteJSON(w, http.StatusOK, CallList{Calls: s.calls.list(after, int(limit))})
+	return after, int(lim), errs
 }
 
 // queryInt reads a single decimal query value within [min, max]; the second

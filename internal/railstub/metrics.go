@@ -11,8 +11,15 @@ const (
 	metricDropped  = "dropped"
 )
 
+// Values of rail_stub_statement_files_total{result}.
+const (
+	metricWritten = "written"
+	metricFailed  = "failed"
+)
+
 type metrics struct {
-	calls *prometheus.CounterVec
+	calls          *prometheus.CounterVec
+	statementFiles *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,10 +29,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Payments the rail-stub recorded, by what chaos made of them (accepted and answered, declined, accepted and dropped).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.calls)
-	// Zero-initialise the closed set (docs/contracts/observability.md).
+	m.statementFiles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rail_stub_statement_files_total",
+		Help: "camt.053 statement files (RAIL_STUB_STATEMENT_DIR): written, or failed (their calls go into the next file).",
+	}, []string{"result"})
+	reg.MustRegister(m.calls, m.statementFiles)
+	// Zero-initialise the closed sets (docs/contracts/observability.md).
 	for _, r := range []string{metricAccepted, metricDeclined, metricDropped} {
 		m.calls.WithLabelValues(r)
+	}
+	for _, r := range []string{metricWritten, metricFailed} {
+		m.statementFiles.WithLabelValues(r)
 	}
 	return m
 }

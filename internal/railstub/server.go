@@ -33,12 +33,15 @@ const (
 	routeResetCalls = "resetCalls"
 	routeGetChaos   = "getChaos"
 	routePutChaos   = "putChaos"
+	// The ISO 20022 mode's payment and statement routes.
+	routePayPain001  = "payPain001"
+	routeReadCamt053 = "readCamt053"
 )
 
 // guardedRoutes are every route a role guards; the rail's health, health,
 // metrics and the document need a certificate from the bundle and no role.
 func guardedRoutes() []string {
-	return []string{routePay, routeListCalls, routeResetCalls, routeGetChaos, routePutChaos}
+	return []string{routePay, routeListCalls, routeResetCalls, routeGetChaos, routePutChaos, routePayPain001, routeReadCamt053}
 }
 
 // Stub is one rail-stub: its call log, chaos and HTTP surface.
@@ -56,6 +59,9 @@ type Stub struct {
 	guard    *identity.Guard
 	roles    roles
 	closeLog func() // writes the log lines still batched
+	protocol string // RAIL_STUB_PROTOCOL
+	// statements writes the camt.053 files; nil without RAIL_STUB_STATEMENT_DIR.
+	statements *statementFiles
 
 	// stopping is closed when shutdown begins; delayed replies still pending
 	// drainReplies later are dropped, so the drain ends inside its grace.
@@ -112,6 +118,7 @@ func New(cfg Config) (*Stub, error) {
 		reg:          serve.NewRegistry(),
 		health:       serve.NewHealth(),
 		roles:        rs,
+		protocol:     cfg.Protocol,
 	}
 	s.metrics = newMetrics(s.reg)
 	if cfg.Identity.Enabled() {
@@ -122,6 +129,15 @@ func New(cfg Config) (*Stub, error) {
 		}
 		s.source.Register(s.reg)
 	}
+	if cfg.StatementDir != "" {
+		// Before any call can be booked: the loaded calls are all there is.
+		if s.statements, err = openStatementFiles(cfg.StatementDir, calls.calls, time.Now().UTC(), calls, s.metrics, logger); err != nil {
+			_ = calls.close()
+			closeLog()
+			return nil, err
+		}
+		calls.filing = true
+	}
 	s.guard = identity.NewGuard(s.source != nil, guardedRoutes(), s.reg, logger)
 	if cfg.CallLogPath != "" {
 		s.health.Add("callLog", func(context.Context) error { return s.calls.health() })
@@ -129,9 +145,13 @@ func New(cfg Config) (*Stub, error) {
 	s.handler = serve.Handler(s.routes(), logger)
 
 	n, next := calls.count()
-	logger.Info("rail-stub configured", "event", "rail_stub_started",
+	logger.Info("rail-stub configured", "event", "rail_stub_started", "protocol", cfg.Protocol,
 		"latencyMs", cfg.LatencyMs, "declineRate", cfg.DeclineRate, "dropRate", cfg.DropRate,
-		"seed", seed, "seedChosen", chosen, "callLog", cfg.CallLogPath, "callsLoaded", n, "nextSeq", next)
+		"seed", seed, "seedChosen", chosen, "callLog", cfg.CallLogPath, "callsLoaded", n, "nextSeq", next,
+		"statementDir", cfg.StatementDir, "statementEvery", cfg.StatementEvery.String())
+	if s.statements != nil {
+		go s.statements.run(cfg.StatementEvery)
+	}
 	return s, nil
 }
 
@@ -141,7 +161,15 @@ func New(cfg Config) (*Stub, error) {
 func (s *Stub) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	g, r := s.guard, s.roles
-	mux.HandleFunc("POST /rail/v1/payments", g.Allow(routePay, r.clients, s.handlePayment))
+	// A rail takes payments in one language: in ISO 20022 mode the JSON
+	// payment route is not served (404), the test double's own routes are.
+	if s.protocol == ProtocolISO20022 {
+		mux.HandleFunc("POST /iso20022/pain.001", g.Allow(routePayPain001, r.clients, s.handlePain001))
+		mux.HandleFunc("GET /iso20022/camt.053", g.Allow(routeReadCamt053, r.readers, s.handleCamt053))
+		mux.HandleFunc("GET /iso20022/health", s.handleHealth)
+	} else {
+		mux.HandleFunc("POST /rail/v1/payments", g.Allow(routePay, r.clients, s.handlePayment))
+	}
 	mux.HandleFunc("GET /rail/v1/calls", g.Allow(routeListCalls, r.readers, s.handleListCalls))
 	mux.HandleFunc("DELETE /rail/v1/calls", g.Allow(routeResetCalls, r.admins, s.handleResetCalls))
 	mux.HandleFunc("GET /rail/v1/admin/chaos", g.Allow(routeGetChaos, r.admins, s.handleGetChaos))
@@ -156,9 +184,13 @@ func (s *Stub) routes() *http.ServeMux {
 func (s *Stub) Handler() http.Handler { return s.handler }
 
 // Close stops booking calls (later ones answer 503, unrecorded), closes the
-// call-log file after a last fsync, and writes the log lines still batched.
+// call-log file after a last fsync, writes the final statement file (with
+// RAIL_STUB_STATEMENT_DIR), and writes the log lines still batched.
 func (s *Stub) Close() error {
 	err := s.calls.close()
+	if s.statements != nil {
+		err = errors.Join(err, s.statements.close())
+	}
 	s.closeLog()
 	return err
 }
