@@ -118,6 +118,7 @@ func runAttack(ctx context.Context, cfg Config, t attackSite) (*AttackResult, er
 		env["payment-resource"] = map[string]string{"PAYMENT_BOOKS_CHECK": "false", "PAYMENT_GRANT_KEYS_FILE": "", "UNSAFE_NO_AUTH": "true"}
 	}
 	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log, UnsafeNoAuth: cfg.UnsafeNoAuth,
+		RailProtocol: cfg.RailProtocol, StatementSource: cfg.StatementSource,
 		Env: stack.MergeEnv(env, map[string]map[string]string{"rail-stub": {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10)}})})
 	if err != nil {
 		return nil, err

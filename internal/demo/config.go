@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lock.dev/internal/railproxy"
+	"lock.dev/internal/stack"
 )
 
 // Config is everything lockdemo can be told. Flags only
@@ -46,6 +47,15 @@ type Config struct {
 	// is one fenced run: no --compare, no --attack.
 	Failover bool
 
+	// RailProtocol is the language rail-proxy and rail-stub speak: "stub"
+	// (rail-stub's JSON) or "iso20022" (pain.001 out, pain.002 back, camt.053
+	// for the books; docs/contracts/iso20022.md). StatementSource is where the
+	// reconciler reads the rail's statement: "proxy" (rail-proxy's statement
+	// route) or "dir" (camt.053 files rail-stub writes to a directory;
+	// docs/contracts/reconciliation.md).
+	RailProtocol    string
+	StatementSource string
+
 	JSON bool // the report as JSON on stdout
 	Keep bool // leave the servers running after the report until interrupted
 
@@ -76,6 +86,8 @@ func DefaultConfig() Config {
 		Compare:            true,
 		Grants:             true,
 		Attack:             true,
+		RailProtocol:       stack.RailStub,
+		StatementSource:    stack.StatementProxy,
 		LeaseTTL:           time.Second,
 		Pause:              2 * time.Second,
 		RailReadTimeout:    400 * time.Millisecond,
@@ -130,6 +142,10 @@ func (c Config) Validate() error {
 		return errors.New("--failover is one run on a replicated pair: not with --compare or --attack")
 	case !c.Grants && !c.UnsafeNoAuth:
 		return errors.New("--grants=false needs --unsafe-no-auth: with identities on every service requires its grant keys (docs/contracts/workload-identity.md)")
+	case c.RailProtocol != stack.RailStub && c.RailProtocol != stack.RailISO20022:
+		return fmt.Errorf("--rail-protocol must be %s or %s", stack.RailStub, stack.RailISO20022)
+	case c.StatementSource != stack.StatementProxy && c.StatementSource != stack.StatementDir:
+		return fmt.Errorf("--statement-source must be %s or %s", stack.StatementProxy, stack.StatementDir)
 	case c.Keep && c.Compare && c.PaydbURL != "":
 		return errors.New("--keep with --compare needs the throwaway PostgreSQL: two runs cannot both stay on the given databases")
 	}
@@ -161,6 +177,8 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not, and an insider with genuine leases makes moves the books never made, with the books checked and not (needs the throwaway PostgreSQL)")
 	fs.BoolVar(&cfg.UnsafeNoAuth, "unsafe-no-auth", cfg.UnsafeNoAuth, "run every service plaintext with UNSAFE_NO_AUTH=true: no workload identities, no roles (the attack's identity rows then succeed); grants only with --grants")
 	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
+	fs.StringVar(&cfg.RailProtocol, "rail-protocol", cfg.RailProtocol, "the rail's language: stub (rail-stub's JSON) or iso20022 (pain.001, pain.002, camt.053; RAIL_PROTOCOL, RAIL_STUB_PROTOCOL, PAYMENT_RAIL_PROFILE; docs/contracts/iso20022.md)")
+	fs.StringVar(&cfg.StatementSource, "statement-source", cfg.StatementSource, "where the reconciler reads the rail's statement: proxy (rail-proxy's statement route) or dir (camt.053 files rail-stub writes every 500ms; RECONCILER_STATEMENT_SOURCE, RAIL_STUB_STATEMENT_DIR)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the servers running after the report; print their URLs; Ctrl-C stops them")
 	fs.StringVar(&cfg.PaydbURL, "paydb-url", "", "use this empty paydb instead of a throwaway PostgreSQL (with --lockdb-url)")

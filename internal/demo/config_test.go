@@ -43,6 +43,7 @@ func TestParseArgs(t *testing.T) {
 		{"--paydb-url=postgres://x/y"}, {"--nope"}, {"extra"}, {"--max-duration=1s"}, {"--pause-probability=2"},
 		{"--keep", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
 		{"--grants=false"}, // with identities on every service requires its grant keys
+		{"--rail-protocol=swift"}, {"--rail-protocol=ISO20022"}, {"--statement-source=sftp"},
 	} {
 		if _, err := ParseArgs(bad, nil); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Errorf("%v accepted", bad)
@@ -51,11 +52,18 @@ func TestParseArgs(t *testing.T) {
 	if cfg, err := ParseArgs([]string{"--unsafe-no-auth", "--grants=false"}, nil); err != nil || !cfg.UnsafeNoAuth || cfg.Grants {
 		t.Errorf("--unsafe-no-auth --grants=false: %+v %v", cfg, err)
 	}
+	if cfg.RailProtocol != "stub" || cfg.StatementSource != "proxy" {
+		t.Errorf("rail defaults: %q %q, want stub and proxy", cfg.RailProtocol, cfg.StatementSource)
+	}
+	if cfg, err := ParseArgs([]string{"--rail-protocol", "iso20022", "--statement-source=dir"}, nil); err != nil ||
+		cfg.RailProtocol != "iso20022" || cfg.StatementSource != "dir" {
+		t.Errorf("--rail-protocol iso20022 --statement-source=dir: %+v %v", cfg, err)
+	}
 	var usage bytes.Buffer
 	if _, err := ParseArgs([]string{"--help"}, &usage); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
 	}
-	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "-failover", "-unsafe-no-auth", "docs/lockdemo.md"} {
+	for _, want := range []string{"-payouts", "-fencing", "-compare", "-json", "-keep", "-seed", "-chaos", "-grants", "-attack", "-failover", "-unsafe-no-auth", "-rail-protocol", "-statement-source", "docs/lockdemo.md"} {
 		if !strings.Contains(usage.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}

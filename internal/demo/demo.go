@@ -25,6 +25,7 @@ import (
 
 	"lock.dev/internal/invariants"
 	"lock.dev/internal/pgcluster"
+	"lock.dev/internal/stack"
 )
 
 // Main is lockdemo's whole command line: it parses args, runs, writes the report
@@ -92,6 +93,11 @@ type Settings struct {
 	InterruptedAfterMs int64   `json:"interruptedAfterMs"`
 	SettleAfterMs      int64   `json:"reconcilerSettleAfterMs"`
 	Failover           bool    `json:"failover,omitempty"`
+	// RailProtocol and StatementSource are --rail-protocol and
+	// --statement-source: the rail's language and where the reconciler read
+	// its statement.
+	RailProtocol    string `json:"railProtocol"`
+	StatementSource string `json:"statementSource"`
 }
 
 // Run runs the configured scenario(s), writes the report and reports whether the
@@ -107,8 +113,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 		return false, err
 	}
 	defer logFile.Close()
-	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers, identities %s; service logs in %s",
-		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, onOff(!cfg.UnsafeNoAuth), logPath)
+	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers, identities %s, rail protocol %s, statement from %s; service logs in %s",
+		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, onOff(!cfg.UnsafeNoAuth), cfg.RailProtocol, cfg.StatementSource, logPath)
 	keysRoot, removeKeys, err := makeKeysRoot()
 	if err != nil {
 		return false, err
@@ -271,6 +277,7 @@ func settingsOf(cfg Config) Settings {
 		Chaos: cfg.Chaos, PauseProbability: cfg.PauseProbability * cfg.Chaos, Crashes: cfg.Crashes, LeaseTTLMs: cfg.LeaseTTL.Milliseconds(), PauseMs: cfg.Pause.Milliseconds(),
 		RailReadTimeoutMs: cfg.RailReadTimeout.Milliseconds(), InterruptedAfterMs: cfg.InterruptedAfter().Milliseconds(),
 		SettleAfterMs: cfg.SettleAfter().Milliseconds(), Failover: cfg.Failover,
+		RailProtocol: cfg.RailProtocol, StatementSource: cfg.StatementSource,
 	}
 }
 
@@ -296,10 +303,10 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 	}
 	fmt.Fprintf(w, "\nlockdemo report — seed %d: %d payouts over %d accounts, %d executors × %d workers, chaos %.2g:\n"+
 		"lease TTL %s, pause %s with probability %.2g per cycle, rail read timeout %s, RAIL_PROXY_INTERRUPTED_AFTER %s,\n"+
-		"RECONCILER_SETTLE_AFTER %s\n%s\n\n",
+		"RECONCILER_SETTLE_AFTER %s\n%s\n%s\n\n",
 		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, cfg.Chaos,
 		cfg.LeaseTTL, cfg.Pause, cfg.PauseProbability*cfg.Chaos, cfg.RailReadTimeout, cfg.InterruptedAfter(), cfg.SettleAfter(),
-		identitiesLine(cfg))
+		identitiesLine(cfg), railLine(cfg))
 	if err := invariants.WriteTable(w, cols, extra...); err != nil {
 		return err
 	}
@@ -366,6 +373,28 @@ func identitiesLine(cfg Config) string {
 		return "workload identities OFF (--unsafe-no-auth): every service plaintext with UNSAFE_NO_AUTH=true, any caller believed"
 	}
 	return "workload identities on: every call mutual TLS between named workloads, roles per route (docs/contracts/workload-identity.md)"
+}
+
+// railLine is the report's word on the rail's language and the statement's
+// source.
+func railLine(cfg Config) string {
+	var proto, source string
+	switch cfg.RailProtocol {
+	case stack.RailISO20022:
+		proto = "rail protocol iso20022: pain.001 out, pain.002 back (RAIL_PROTOCOL, RAIL_STUB_PROTOCOL, PAYMENT_RAIL_PROFILE; docs/contracts/iso20022.md)"
+	default:
+		proto = "rail protocol stub: rail-stub's JSON (RAIL_PROTOCOL=stub)"
+	}
+	switch {
+	case cfg.StatementSource == stack.StatementDir:
+		source = "statement from camt.053 files rail-stub writes every " + stack.StatementEvery.String() +
+			" (RECONCILER_STATEMENT_SOURCE=dir): a declined call is on no statement"
+	case cfg.RailProtocol == stack.RailISO20022:
+		source = "statement from rail-proxy's camt.053 route (RECONCILER_STATEMENT_SOURCE=proxy): a declined call is on no statement"
+	default:
+		source = "statement from rail-proxy's statement route (RECONCILER_STATEMENT_SOURCE=proxy)"
+	}
+	return proto + ",\n" + source
 }
 
 // writeKeep prints the kept servers and requests to try (keep.go).

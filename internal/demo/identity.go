@@ -151,6 +151,7 @@ func runIdentitySite(ctx context.Context, cfg Config, t identitySite) (*Identity
 	holders := identity.DefaultIDs(identity.NameExecutor, secondExecutor)
 	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL,
 		Log: t.log, UnsafeNoAuth: cfg.UnsafeNoAuth, Workloads: []string{secondExecutor},
+		RailProtocol: cfg.RailProtocol, StatementSource: cfg.StatementSource,
 		Env: stack.MergeEnv(env, map[string]map[string]string{
 			"lock-server":      {"LOCK_SERVER_HOLDERS": holders},
 			"payment-resource": {"PAYMENT_WORKERS": holders},

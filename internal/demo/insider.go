@@ -178,6 +178,7 @@ func runInsider(ctx context.Context, cfg Config, t insiderSite) (*InsiderResult,
 	}
 	books := strconv.FormatBool(t.books)
 	st, err := stack.Start(ctx, stack.Options{PaydbURL: t.paydbURL, LockdbURL: t.lockdbURL, Log: t.log, UnsafeNoAuth: cfg.UnsafeNoAuth,
+		RailProtocol: cfg.RailProtocol, StatementSource: cfg.StatementSource,
 		Env: stack.MergeEnv(grants, map[string]map[string]string{
 			"rail-stub":        {"RAIL_STUB_SEED": strconv.FormatInt(cfg.Seed, 10), "RAIL_STUB_LATENCY_MS": strconv.Itoa(baseLatencyMs)},
 			"rail-proxy":       {"RAIL_PROXY_BOOKS_CHECK": books},

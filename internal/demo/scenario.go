@@ -221,6 +221,7 @@ func (s *scenario) start(ctx context.Context) error {
 	opts := replicatedOptions(s.t) // failover.go
 	opts.PaydbURL, opts.LockdbURL = s.t.paydbURL, s.t.lockdbURL
 	opts.ProxyAsChild, opts.Log, opts.UnsafeNoAuth = true, s.t.log, c.UnsafeNoAuth
+	opts.RailProtocol, opts.StatementSource = c.RailProtocol, c.StatementSource
 	opts.Env = stack.MergeEnv(grants, map[string]map[string]string{
 		"rail-proxy": {
 			"RAIL_PROXY_FENCING_ENABLED":   strconv.FormatBool(s.fencing),
