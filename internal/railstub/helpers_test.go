@@ -49,7 +49,11 @@ func startStub(t *testing.T, mutate func(*Config)) *testStub {
 	// with the stub is checked against api/rail-stub.json, and its findings fail
 	// t: Track's cleanup runs after the one below, which closes the server once
 	// every request has been answered.
-	url, shutdown := serveFast(t, conformance.Handler(s.Handler()), s)
+	h := conformance.Handler(s.Handler())
+	if cfg.Protocol == ProtocolISO20022 {
+		h = outsideDocument(s.Handler(), h)
+	}
+	url, shutdown := serveFast(t, h, s)
 	conformance.Track(t, url)
 	t.Cleanup(func() {
 		if err := shutdown(); err != nil {

@@ -63,8 +63,10 @@ type statementFiles struct {
 	balances map[stmtKey]int64 // closing balance of every account seen, as last filed
 	pending  []Call            // calls taken from the call log, not yet in a written file
 
-	stop chan struct{}
-	done chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // openStatementFiles prepares dir (created when missing) for a stub whose call
@@ -155,9 +157,12 @@ func (f *statementFiles) run(every time.Duration) {
 // close stops the period and writes the final file; the call log must take no
 // more calls by then, so the final file lists every call.
 func (f *statementFiles) close() error {
-	close(f.stop)
-	<-f.done
-	return f.write()
+	f.closeOnce.Do(func() {
+		close(f.stop)
+		<-f.done
+		f.closeErr = f.write()
+	})
+	return f.closeErr
 }
 
 // write takes the calls booked since the last take and writes one file of every
