@@ -228,10 +228,8 @@ func (e Entry) xml() (entryXML, error) {
 		return entryXML{}, err
 	}
 	for _, f := range []struct{ name, v string }{{"NtryRef", e.Ref}, {"AcctSvcrRef", e.AcctSvcrRef}, {"EndToEndId", e.EndToEndID}} {
-		if f.v != "" {
-			if err := checkText(f.name, f.v, 35); err != nil {
-				return entryXML{}, err
-			}
+		if err := checkOptionalText(f.name, f.v, 35); err != nil {
+			return entryXML{}, err
 		}
 	}
 	n := entryXML{NtryRef: e.Ref, Amt: amt, CdtDbtInd: credit, Sts: codeChoice{Cd: e.Status}, AcctSvcrRef: e.AcctSvcrRef}

@@ -93,6 +93,9 @@ func TestWriteInitiationRefuses(t *testing.T) {
 		"unknown currency":   func(in *isomsg.Initiation) { in.Currency = "ZZZ" },
 		"negative amount":    func(in *isomsg.Initiation) { in.AmountMinor = -1 },
 		"no creation time":   func(in *isomsg.Initiation) { in.CreatedAt = time.Time{} },
+		"NUL in creditor":    func(in *isomsg.Initiation) { in.CreditorAccount = "ben\x00-42" },
+		"control in debtor":  func(in *isomsg.Initiation) { in.DebtorAccount = "acct\x01" },
+		"not UTF-8":          func(in *isomsg.Initiation) { in.EndToEndID = "p-\xff" },
 	} {
 		in := initiation("acct-1", "ben-42")
 		mutate(&in)
@@ -171,6 +174,21 @@ func TestStatusReportValidatesAndRoundTrips(t *testing.T) {
 		}
 		if back != want {
 			t.Errorf("round trip: %+v, want %+v", back, want)
+		}
+	}
+}
+
+func TestWriteStatusReportRefusesWhatWouldNotValidate(t *testing.T) {
+	for name, mutate := range map[string]func(*isomsg.StatusReport){
+		"AcctSvcrRef over 35": func(r *isomsg.StatusReport) { r.AcctSvcrRef = strings.Repeat("R", 36) },
+		"reason over 4":       func(r *isomsg.StatusReport) { r.ReasonCode = "AC041" },
+		"no status":           func(r *isomsg.StatusReport) { r.Status = "" },
+		"NUL in reference":    func(r *isomsg.StatusReport) { r.AcctSvcrRef = "R\x00" },
+	} {
+		r := report("ACSC")
+		mutate(&r)
+		if _, err := isomsg.WriteStatusReport(r); err == nil {
+			t.Errorf("%s: written", name)
 		}
 	}
 }

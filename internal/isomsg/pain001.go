@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Initiation is one pain.001.001.09 credit transfer initiation with one payment
@@ -192,14 +193,40 @@ func ReadInitiation(b []byte) (Initiation, error) {
 	return in, nil
 }
 
-// checkText refuses an identifier the schema's MaxNText would refuse: empty or
-// longer than max characters.
+// checkText refuses a text the schema's MaxNText would refuse — empty or
+// longer than max characters — and one XML cannot carry as it is: invalid
+// UTF-8, or a character outside XML's Char production (NUL and most C0
+// controls), which encoding/xml would silently replace with U+FFFD.
 func checkText(name, v string, max int) error {
 	if v == "" {
 		return fmt.Errorf("%s is empty", name)
 	}
-	if n := len([]rune(v)); n > max {
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%s is not valid UTF-8", name)
+	}
+	n := 0
+	for _, r := range v {
+		if !isXMLChar(r) {
+			return fmt.Errorf("%s holds %U, which XML cannot carry", name, r)
+		}
+		n++
+	}
+	if n > max {
 		return fmt.Errorf("%s has %d characters, at most %d fit", name, n, max)
 	}
 	return nil
+}
+
+// checkOptionalText is checkText for an element written only when v is set.
+func checkOptionalText(name, v string, max int) error {
+	if v == "" {
+		return nil
+	}
+	return checkText(name, v, max)
+}
+
+// isXMLChar reports whether r is in XML 1.0's Char production.
+func isXMLChar(r rune) bool {
+	return r == 0x09 || r == 0x0A || r == 0x0D || (r >= 0x20 && r <= 0xD7FF) ||
+		(r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
 }

@@ -82,6 +82,14 @@ func WriteStatusReport(r StatusReport) ([]byte, error) {
 			return nil, err
 		}
 	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"AcctSvcrRef", r.AcctSvcrRef, 35}, {"Rsn/Cd", r.ReasonCode, 4}, {"AddtlInf", r.AdditionalInfo, 105}} {
+		if err := checkOptionalText(f.name, f.v, f.max); err != nil {
+			return nil, err
+		}
+	}
 	if r.CreatedAt.IsZero() {
 		return nil, errors.New("pain.002: no creation time")
 	}
