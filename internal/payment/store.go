@@ -479,18 +479,25 @@ RETURNING ` + payoutColumns + historyOwner + "NULL::text" + historyActor + "$5" 
 
 // settleEvidenceSQL locks the AMBIGUOUS payout as settleSQL would (a concurrent
 // settle is waited for, and the row judged again) and reads what the statement
-// copy says beyond its lines: whether the statement was read in full later than
-// the payout's forwardable attempt's submitted_at (with none, the payout's
-// updated_at) plus PAYMENT_SETTLE_AFTER ($2, in microseconds), all on paydb's
-// clock as the reconciler judges it; and whether a line of this payout could not
-// be copied (an UNSTORABLE_LINE exception names it).
+// copy says beyond its lines: how far it covers the rail's books for this
+// payout, and whether that is later than the payout's forwardable attempt's
+// submitted_at (with none, the payout's updated_at) plus PAYMENT_SETTLE_AFTER
+// ($2, in microseconds), all on paydb's clock as the reconciler judges it; and
+// whether a line of this payout could not be copied (an UNSTORABLE_LINE
+// exception names it). What the copy covers is the later of the cursor's
+// read_at (the start of the last complete read through rail-proxy) and the
+// payout's account's coverage (statement files imported,
+// statement_coverage): each proves the copy holds everything the rail had
+// booked before it, and a reconciler sets only its own mode's, so this is
+// right whichever mode it runs in (docs/contracts/reconciliation.md).
 const settleEvidenceSQL = `SELECT ` + payoutColumns + `,
-       c.read_at,
-       coalesce(c.read_at > coalesce(a.submitted_at, payout.updated_at) + $2 * interval '1 microsecond', false),
+       greatest(c.read_at, v.covered_to),
+       coalesce(greatest(c.read_at, v.covered_to) > coalesce(a.submitted_at, payout.updated_at) + $2 * interval '1 microsecond', false),
        EXISTS (SELECT 1 FROM reconciliation_exception e
                 WHERE e.kind = 'UNSTORABLE_LINE' AND e.payout_id = payout.payout_id)
   FROM payout
   LEFT JOIN reconciler_cursor c ON true
+  LEFT JOIN statement_coverage v ON v.account_id = payout.account_id
   LEFT JOIN LATERAL (SELECT s.submitted_at FROM rail_submission s
                       WHERE s.payout_id = payout.payout_id AND ` + forwardable + `) a ON true
  WHERE payout_id = $1 AND status = 'AMBIGUOUS'

@@ -20,6 +20,14 @@ import (
 // ServiceName is the service field of every log line and the binary's name.
 const ServiceName = "reconciler"
 
+// The values of RECONCILER_STATEMENT_SOURCE.
+const (
+	// SourceProxy reads the rail's statement through rail-proxy, page by page.
+	SourceProxy = "proxy"
+	// SourceDir imports the camt.053 files that appear in RECONCILER_STATEMENT_DIR.
+	SourceDir = "dir"
+)
+
 // Bounds that are not settings.
 const (
 	// MaxPaydbConns is a sanity bound on PAYDB_MAX_CONNS.
@@ -63,6 +71,11 @@ type Config struct {
 	SettleToken       string        // PAYMENT_SETTLE_TOKEN
 	Interval          time.Duration // RECONCILER_INTERVAL
 	SettleAfter       time.Duration // RECONCILER_SETTLE_AFTER
+	// StatementSource is RECONCILER_STATEMENT_SOURCE: SourceProxy (the
+	// statement read through rail-proxy) or SourceDir (camt.053 files in
+	// StatementDir, RECONCILER_STATEMENT_DIR).
+	StatementSource string
+	StatementDir    string
 
 	Listener net.Listener // when set, serve on it instead of listening on Addr
 	// HealthListener, when set, serves what HEALTH_ADDR would (tests).
@@ -81,6 +94,7 @@ func DefaultConfig() Config {
 		PaymentResourceURL: "http://127.0.0.1:8082",
 		Interval:           5 * time.Second,
 		SettleAfter:        5 * time.Minute,
+		StatementSource:    SourceProxy,
 	}
 }
 
@@ -101,10 +115,23 @@ func (c Config) ValidateServe() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	for _, u := range []struct{ env, val string }{
-		{"RAIL_PROXY_URL", c.RailProxyURL},
-		{"PAYMENT_RESOURCE_URL", c.PaymentResourceURL},
-	} {
+	urls := []struct{ env, val string }{{"PAYMENT_RESOURCE_URL", c.PaymentResourceURL}}
+	switch c.StatementSource {
+	case SourceProxy:
+		urls = append(urls, struct{ env, val string }{"RAIL_PROXY_URL", c.RailProxyURL})
+		if err := identity.CheckPeer("RAIL_PROXY_ID", c.RailProxyID); err != nil {
+			return err
+		}
+	case SourceDir:
+		// The statement comes from files: rail-proxy is not called, so neither
+		// its URL nor its identity matters.
+		if c.StatementDir == "" {
+			return serve.Invalid("RECONCILER_STATEMENT_DIR", "must be set with RECONCILER_STATEMENT_SOURCE=dir: the directory the camt.053 statement files appear in")
+		}
+	default:
+		return serve.Invalid("RECONCILER_STATEMENT_SOURCE", "must be %s or %s, got %q", SourceProxy, SourceDir, c.StatementSource)
+	}
+	for _, u := range urls {
 		if err := service.CheckBaseURL(u.env, u.val); err != nil {
 			return err
 		}
@@ -113,9 +140,6 @@ func (c Config) ValidateServe() error {
 		if err := c.Identity.CheckURL(u.env, u.val); err != nil {
 			return err
 		}
-	}
-	if err := identity.CheckPeer("RAIL_PROXY_ID", c.RailProxyID); err != nil {
-		return err
 	}
 	if err := identity.CheckPeer("PAYMENT_RESOURCE_ID", c.PaymentResourceID); err != nil {
 		return err
@@ -177,6 +201,10 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.PaymentResourceID, "PAYMENT_RESOURCE_ID", def.PaymentResourceID, "SPIFFE ID payment-resource must present (empty: spiffe://{own trust domain}/payment-resource)")
 		s.String(&cfg.SettleToken, "PAYMENT_SETTLE_TOKEN", def.SettleToken,
 			"bearer token for payment-resource's settle endpoint (the same value it was given; required for serve). Prefer the variable: a flag shows in the process list")
+		s.String(&cfg.StatementSource, "RECONCILER_STATEMENT_SOURCE", def.StatementSource,
+			"where the rail's statement comes from: proxy (read through rail-proxy) or dir (camt.053 files in RECONCILER_STATEMENT_DIR)")
+		s.String(&cfg.StatementDir, "RECONCILER_STATEMENT_DIR", def.StatementDir,
+			"the directory camt.053 statement files appear in (required with RECONCILER_STATEMENT_SOURCE=dir); each *.xml file is imported once")
 		s.Duration(&cfg.Interval, "RECONCILER_INTERVAL", def.Interval, "pause between passes")
 		s.Duration(&cfg.SettleAfter, "RECONCILER_SETTLE_AFTER", def.SettleAfter,
 			"how long after an attempt's submitted_at a call that has not reached the statement is taken as never presented (NOT_PRESENTED); must exceed the longest a call can take to reach the rail's books")

@@ -23,11 +23,15 @@ const (
 	// KindAttemptMismatch: a CLAIMED payout whose own holder presented it with
 	// fields the books refused (docs/contracts/reconciliation.md).
 	KindAttemptMismatch = "ATTEMPT_MISMATCH"
+	// KindStatementFileChanged: a statement file whose name was imported came
+	// back with other bytes; nothing of it is imported
+	// (docs/contracts/reconciliation.md).
+	KindStatementFileChanged = "STATEMENT_FILE_CHANGED"
 )
 
 // Kinds lists the exception kinds in the contract's order.
 var Kinds = []string{KindPresentedTwice, KindAmountMismatch, KindUnknownReference, KindLineContradictsPayout, KindPaidWithoutLine,
-	KindUnstorableLine, KindBeneficiaryMismatch, KindAttemptMismatch}
+	KindUnstorableLine, KindBeneficiaryMismatch, KindAttemptMismatch, KindStatementFileChanged}
 
 // Values of reconciler_settled_total{to}.
 var settledLabels = []string{"paid", "declined", "not_presented"}
@@ -54,6 +58,8 @@ type metrics struct {
 	overdue       prometheus.Gauge
 	passSeconds   prometheus.Histogram
 	passes        *prometheus.CounterVec
+	// statementFiles counts the statement files a pass looked at in dir mode.
+	statementFiles *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -91,8 +97,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "reconciler_pass_total",
 			Help: "Passes, by result: completed, failed, or skipped (another reconciler held the pass lock).",
 		}, []string{"result"}),
+		statementFiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciler_statement_files_total",
+			Help: "Statement files looked at in dir mode, by result: imported; unchanged (a pass found it as imported); changed (a version of an imported name with other bytes, once per version); invalid (skipped; once per version seen).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.linesImported, m.settled, m.exceptions, m.statementSeq, m.ambiguous, m.overdue, m.passSeconds, m.passes)
+	reg.MustRegister(m.linesImported, m.settled, m.exceptions, m.statementSeq, m.ambiguous, m.overdue, m.passSeconds, m.passes, m.statementFiles)
 	for _, to := range settledLabels {
 		m.settled.WithLabelValues(to)
 	}
@@ -101,6 +111,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, r := range passResults {
 		m.passes.WithLabelValues(r)
+	}
+	for _, r := range fileResults {
+		m.statementFiles.WithLabelValues(r)
 	}
 	return m
 }

@@ -19,7 +19,8 @@ const settleBatch = 500
 // durable cursor; every write it makes is idempotent.
 type reconciler struct {
 	store       *store
-	statement   *statementClient
+	statement   *statementClient // proxy mode
+	files       *statementDir    // dir mode
 	settles     *settleClient
 	metrics     *metrics
 	logger      *slog.Logger
@@ -33,6 +34,7 @@ type PassReport struct {
 	LastSeq    int64             // the cursor after the pass
 	Settled    map[string]string // payoutId → the status it was settled to
 	Exceptions map[string]int    // newly recorded, by kind
+	Files      map[string]int    // dir mode: statement files looked at, by result (imported, unchanged, changed, invalid)
 	Ambiguous  int64             // AMBIGUOUS payouts left
 	Overdue    int64             // intents unresolved past the janitor's bound (see countOverdue)
 	Refused    int               // settles payment-resource refused (409/404/400)
@@ -52,7 +54,7 @@ func (r PassReport) SettledTo(status string) int {
 
 // pass runs one pass (docs/contracts/reconciliation.md), top to bottom.
 func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
-	rep = PassReport{Settled: map[string]string{}, Exceptions: map[string]int{}}
+	rep = PassReport{Settled: map[string]string{}, Exceptions: map[string]int{}, Files: map[string]int{}}
 
 	// Step 4 first, since it guards the rest: several reconcilers may run, and a
 	// pass holds a session advisory lock on paydb for its whole length. Another
@@ -84,11 +86,27 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 		return rep, err
 	}
 	rep.LastSeq = cur.lastSeq
+	if r.files != nil {
+		// Dir mode: the statement files that appeared, each imported in one
+		// transaction with the coverage of its accounts; read_at is not
+		// this mode's (docs/contracts/reconciliation.md).
+		if err := r.importFiles(ctx, ss, &rep); err != nil {
+			return rep, err
+		}
+	} else if err := r.importPages(ctx, ss, cur, &rep); err != nil {
+		return rep, err
+	}
+	return r.settleAndCheck(ctx, ss, rep)
+}
+
+// importPages is step 1 in proxy mode: every new page of the statement read
+// through rail-proxy, from the cursor on.
+func (r *reconciler) importPages(ctx context.Context, ss *session, cur cursor, rep *PassReport) error {
 	after := cur.lastSeq
 	for {
 		page, err := r.statement.page(ctx, after, pageLimit)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		last, readAt := after, (*time.Time)(nil)
 		if n := len(page.Lines); n > 0 {
@@ -99,19 +117,22 @@ func (r *reconciler) pass(ctx context.Context) (rep PassReport, err error) {
 		}
 		imported, recorded, err := ss.importPage(ctx, page.Lines, last, readAt)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		rep.Imported += imported
 		rep.LastSeq = last
 		r.metrics.linesImported.Add(float64(imported))
 		r.metrics.statementSeq.Set(float64(last))
-		r.noteExceptions(&rep, recorded)
+		r.noteExceptions(rep, recorded)
 		if page.Next == nil {
-			break
+			return nil
 		}
 		after = *page.Next
 	}
+}
 
+// settleAndCheck is steps 2 and 3 of a pass, and its counts.
+func (r *reconciler) settleAndCheck(ctx context.Context, ss *session, rep PassReport) (PassReport, error) {
 	// Step 2: settle each AMBIGUOUS payout from its lines, the rules in their
 	// order. Settles go through payment-resource's endpoint, never into payout
 	// directly: the ledger entry of a PAID settle is payment-resource's to write,
@@ -291,7 +312,7 @@ func (r *reconciler) noteExceptions(rep *PassReport, es []exception) {
 		rep.Exceptions[e.Kind]++
 		r.metrics.exceptions.WithLabelValues(strings.ToLower(e.Kind)).Inc()
 		r.logger.Error("reconciliation exception: the statement and the books disagree; a person decides",
-			"event", "reconciliation_exception", "kind", e.Kind, "payoutId", e.PayoutID, "seq", e.Seq, "detail", e.Detail)
+			"event", "reconciliation_exception", "kind", e.Kind, "payoutId", e.PayoutID, "seq", e.Seq, "fileId", e.FileID, "detail", e.Detail)
 	}
 }
 
@@ -321,12 +342,12 @@ func (r *reconciler) runPass(ctx context.Context) (PassReport, error) {
 	r.metrics.passes.WithLabelValues(passCompleted).Inc()
 	r.metrics.passSeconds.Observe(rep.Elapsed.Seconds())
 	level := slog.LevelDebug
-	if rep.Imported > 0 || len(rep.Settled) > 0 || len(rep.Exceptions) > 0 || rep.Refused > 0 {
+	if rep.Imported > 0 || rep.Files[fileImported] > 0 || rep.Files[fileChanged] > 0 || len(rep.Settled) > 0 || len(rep.Exceptions) > 0 || rep.Refused > 0 {
 		level = slog.LevelInfo
 	}
 	r.logger.Log(ctx, level, "pass completed", "event", "reconcile_pass", "imported", rep.Imported, "lastSeq", rep.LastSeq,
 		"settledPaid", rep.SettledTo(lockapi.StatusPaid), "settledDeclined", rep.SettledTo(lockapi.StatusDeclined),
-		"settledNotPresented", rep.SettledTo(lockapi.StatusNotPresented), "exceptions", rep.Exceptions, "refused", rep.Refused, "ambiguousLeft", rep.Ambiguous,
+		"settledNotPresented", rep.SettledTo(lockapi.StatusNotPresented), "exceptions", rep.Exceptions, "files", rep.Files, "refused", rep.Refused, "ambiguousLeft", rep.Ambiguous,
 		"elapsedMs", rep.Elapsed.Milliseconds())
 	return rep, nil
 }

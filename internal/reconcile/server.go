@@ -30,18 +30,25 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		st := &store{pool: pool}
+		st := &store{pool: pool, perAccount: cfg.StatementSource == SourceDir}
 		logger, reg := sv.Logger, sv.Registry
 		m := newMetrics(reg)
 		peers, err := resolvePeers(sv.Identity, cfg)
 		if err != nil {
 			return err
 		}
-		statement := newStatementClient(cfg.RailProxyURL, peers.proxy)
-		defer statement.close()
 		settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken, peers.payment)
 		defer settles.close()
-		r := &reconciler{store: st, statement: statement, settles: settles, metrics: m, logger: logger, settleAfter: cfg.SettleAfter}
+		r := &reconciler{store: st, settles: settles, metrics: m, logger: logger, settleAfter: cfg.SettleAfter}
+		source := []any{"statementSource", cfg.StatementSource}
+		if st.perAccount {
+			r.files = newStatementDir(cfg.StatementDir)
+			source = append(source, "statementDir", cfg.StatementDir)
+		} else {
+			r.statement = newStatementClient(cfg.RailProxyURL, peers.proxy)
+			defer r.statement.close()
+			source = append(source, "railProxyURL", service.RedactURL(cfg.RailProxyURL), "railProxyId", peers.proxyID)
+		}
 		if seq, err := st.lastSeq(ctx); err == nil {
 			m.statementSeq.Set(float64(seq))
 		}
@@ -50,9 +57,9 @@ func Run(ctx context.Context, cfg Config) error {
 			logger.Warn("RECONCILER_SETTLE_AFTER is short: a payout is settled NOT_PRESENTED when its call has not reached the statement this long after its attempt; a rail slower to record a call than this would make that wrong (caught later as LINE_CONTRADICTS_PAYOUT)",
 				"event", "settle_window_short", "settleAfter", cfg.SettleAfter.String())
 		}
-		logger.Info("reconciler starting", "railProxyURL", service.RedactURL(cfg.RailProxyURL), "paymentResourceURL", service.RedactURL(cfg.PaymentResourceURL),
-			"railProxyId", peers.proxyID, "paymentResourceId", peers.paymentID,
-			"interval", cfg.Interval.String(), "settleAfter", cfg.SettleAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)
+		logger.Info("reconciler starting", append(source, "paymentResourceURL", service.RedactURL(cfg.PaymentResourceURL),
+			"paymentResourceId", peers.paymentID,
+			"interval", cfg.Interval.String(), "settleAfter", cfg.SettleAfter.String(), "paydbMaxConns", cfg.PaydbMaxConns)...)
 
 		pctx, stopPasses := context.WithCancel(ctx)
 		var wg sync.WaitGroup
@@ -63,8 +70,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 
 		// Readiness: db, and railProxy answering its liveness within 1 s — without
-		// both no pass can run (docs/contracts/reconciliation.md).
-		sv.Health.Add("railProxy", statement.livez)
+		// both no pass can run (docs/contracts/reconciliation.md); in dir mode
+		// statementDir, the directory readable, instead of railProxy.
+		if r.files != nil {
+			sv.Health.Add("statementDir", r.files.readable)
+		} else {
+			sv.Health.Add("railProxy", r.statement.livez)
+		}
 		mux := http.NewServeMux()
 		serve.Mount(mux, sv.Health, reg)
 		return sv.Serve(ctx, serve.Handler(mux, logger), serve.Serve, nil)
@@ -105,12 +117,17 @@ func Pass(ctx context.Context, cfg Config) (PassReport, error) {
 	if err := paydb.Tree().RequireCurrent(ctx, st.pool, ServiceName+" migrate"); err != nil {
 		return PassReport{}, err
 	}
-	statement := newStatementClient(cfg.RailProxyURL, peers.proxy)
-	defer statement.close()
 	settles := newSettleClient(cfg.PaymentResourceURL, cfg.SettleToken, peers.payment)
 	defer settles.close()
-	r := &reconciler{store: st, statement: statement, settles: settles, metrics: newMetrics(prometheus.NewRegistry()),
+	r := &reconciler{store: st, settles: settles, metrics: newMetrics(prometheus.NewRegistry()),
 		logger: logger, settleAfter: cfg.SettleAfter}
+	if cfg.StatementSource == SourceDir {
+		st.perAccount = true
+		r.files = newStatementDir(cfg.StatementDir)
+	} else {
+		r.statement = newStatementClient(cfg.RailProxyURL, peers.proxy)
+		defer r.statement.close()
+	}
 	return r.runPass(ctx)
 }
 
@@ -130,16 +147,20 @@ func resolvePeers(src *identity.Source, cfg Config) (peerTLS, error) {
 		return peerTLS{}, nil
 	}
 	td := src.TrustDomain()
-	proxyID, err := identity.ParsePeer("RAIL_PROXY_ID", cfg.RailProxyID, td, identity.NameRailProxy)
-	if err != nil {
-		return peerTLS{}, err
-	}
 	paymentID, err := identity.ParsePeer("PAYMENT_RESOURCE_ID", cfg.PaymentResourceID, td, identity.NamePaymentResource)
 	if err != nil {
 		return peerTLS{}, err
 	}
-	return peerTLS{proxy: src.ClientConfig(proxyID), payment: src.ClientConfig(paymentID),
-		proxyID: proxyID.String(), paymentID: paymentID.String()}, nil
+	p := peerTLS{payment: src.ClientConfig(paymentID), paymentID: paymentID.String()}
+	if cfg.StatementSource == SourceDir {
+		return p, nil // rail-proxy is not called: its identity is not needed
+	}
+	proxyID, err := identity.ParsePeer("RAIL_PROXY_ID", cfg.RailProxyID, td, identity.NameRailProxy)
+	if err != nil {
+		return peerTLS{}, err
+	}
+	p.proxy, p.proxyID = src.ClientConfig(proxyID), proxyID.String()
+	return p, nil
 }
 
 // loop runs a pass, then waits interval, until ctx ends.

@@ -22,6 +22,10 @@ import (
 // Every time it compares is paydb's: now(), submitted_at, updated_at, read_at.
 type store struct {
 	pool *pgxpool.Pool
+	// perAccount: the statement comes from files (dir mode), and the settle
+	// window of a payout is judged against its account's coverage
+	// (statement_coverage) instead of the cursor's read_at.
+	perAccount bool
 }
 
 // openStore opens a pool of its own for one pass (Pass); Run's store is over the
@@ -54,7 +58,8 @@ const PassLockKey int64 = 0x7265636f6e63696c
 // the connection dies, the lock goes with it and the pass fails at its next
 // statement.
 type session struct {
-	conn *pgxpool.Conn
+	conn       *pgxpool.Conn
+	perAccount bool // as the store's
 }
 
 // lockPass takes the pass lock without waiting: ok is false when another
@@ -74,7 +79,7 @@ func (s *store) lockPass(ctx context.Context) (ss *session, ok bool, err error) 
 		conn.Release()
 		return nil, false, nil
 	}
-	return &session{conn: conn}, true, nil
+	return &session{conn: conn, perAccount: s.perAccount}, true, nil
 }
 
 // release gives the lock back. A connection that cannot say so is closed rather
@@ -125,6 +130,7 @@ type exception struct {
 	Kind     string
 	PayoutID *string
 	Seq      *int64
+	FileID   *int64 // the statement_file row of a STATEMENT_FILE_CHANGED
 	Detail   string
 }
 
@@ -216,6 +222,12 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 		return 0, nil, fmt.Errorf("import: begin: %w", err)
 	}
 	defer rollback(ctx, tx)
+	// An ACCEPTED line already in the copy under its account and rail
+	// reference (the rail showing a booking again) is not copied again.
+	lines, _, err = ss.withoutRepeats(ctx, tx, lines)
+	if err != nil {
+		return 0, nil, err
+	}
 	// A line whose text paydb cannot store and show as it is is not copied: it
 	// would fail the whole page's insert, every pass, for ever. It is recorded as
 	// an exception in this same transaction, and the import goes on past it.
@@ -223,39 +235,14 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(lines) > 0 {
-		n := len(lines)
-		var (
-			seqs    = make([]int64, n)
-			at      = make([]time.Time, n)
-			refs    = make([]string, n)
-			accts   = make([]string, n)
-			amounts = make([]int64, n)
-			curs    = make([]string, n)
-			results = make([]string, n)
-			railRef = make([]*string, n)
-			reasons = make([]*string, n)
-			benefs  = make([]string, n)
-		)
-		for i, l := range lines {
-			seqs[i], at[i], refs[i], accts[i], amounts[i] = l.Seq, l.ReceivedAt, l.Reference, l.AccountID, l.AmountMinor
-			curs[i], results[i], railRef[i], reasons[i], benefs[i] = l.Currency, l.Result, l.RailReference, l.DeclineReason, l.Beneficiary
-		}
-		tag, err := tx.Exec(ctx, insertLinesSQL, seqs, at, refs, accts, amounts, curs, results, railRef, reasons, benefs)
-		if err != nil {
-			return 0, nil, fmt.Errorf("import lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
-		}
-		imported = tag.RowsAffected()
-		rows, err := tx.Query(ctx, lineExceptionsSQL, lines[0].Seq, lines[n-1].Seq)
-		if err != nil {
-			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
-		}
-		proved, err := collectExceptions(rows)
-		if err != nil {
-			return 0, nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
-		}
-		recorded = append(recorded, proved...)
+	if imported, err = insertLines(ctx, tx, lines); err != nil {
+		return 0, nil, err
 	}
+	proved, err := lineExceptions(ctx, tx, lines)
+	if err != nil {
+		return 0, nil, err
+	}
+	recorded = append(recorded, proved...)
 	if _, err := tx.Exec(ctx, advanceCursorSQL, lastSeq, readAt); err != nil {
 		return 0, nil, fmt.Errorf("advance the cursor to %d: %w", lastSeq, err)
 	}
@@ -327,9 +314,10 @@ type line struct {
 }
 
 // candidate is an AMBIGUOUS payout with its imported lines, oldest first.
-// WindowPassed: the last complete read started later than the payout's last
-// forwardable attempt's submitted_at (with none, its updated_at) plus the settle
-// window — judged in SQL, on paydb's clock.
+// WindowPassed: the last complete read started (in dir mode: the payout's
+// account's coverage reaches) later than the payout's last forwardable
+// attempt's submitted_at (with none, its updated_at) plus the settle window —
+// judged in SQL, on paydb's clock.
 type candidate struct {
 	PayoutID     string
 	AccountID    string
@@ -346,14 +334,18 @@ type candidate struct {
 const (
 	// ambiguousSQL pages through the AMBIGUOUS payouts by payout_id. The
 	// forwardable rows are those rail_submission_attempt_uidx covers
-	// (docs/contracts/database.md): the payout's one attempt at the rail.
+	// (docs/contracts/database.md): the payout's one attempt at the rail. $4:
+	// dir mode, where what the statement covers is the payout's account's
+	// coverage, not the cursor's read_at.
 	ambiguousSQL = `
 SELECT p.payout_id, p.account_id, p.amount_minor, p.currency, p.beneficiary,
-       coalesce(c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false),
+       coalesce(CASE WHEN $4 THEN v.covered_to ELSE c.read_at END
+                > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond', false),
        EXISTS (SELECT 1 FROM reconciliation_exception e
                 WHERE e.kind = 'UNSTORABLE_LINE' AND coalesce(e.payout_id, '') = p.payout_id)
   FROM payout p
   LEFT JOIN reconciler_cursor c ON true
+  LEFT JOIN statement_coverage v ON v.account_id = p.account_id
   LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
                       WHERE s.payout_id = p.payout_id
                         AND (s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT'))) a ON true
@@ -373,7 +365,7 @@ SELECT reference, seq, account_id, amount_minor, currency, beneficiary, result, 
 func (ss *session) ambiguous(ctx context.Context, settleAfter time.Duration, afterID string, limit int) ([]candidate, error) {
 	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
 	defer cancel()
-	rows, err := ss.conn.Query(ctx, ambiguousSQL, settleAfter.Microseconds(), afterID, limit)
+	rows, err := ss.conn.Query(ctx, ambiguousSQL, settleAfter.Microseconds(), afterID, limit, ss.perAccount)
 	if err != nil {
 		return nil, fmt.Errorf("read AMBIGUOUS payouts: %w", err)
 	}
@@ -453,19 +445,25 @@ ON CONFLICT DO NOTHING
 RETURNING kind, payout_id, seq, detail`
 
 	// paidWithoutLineSQL: a PAID payout with no ACCEPTED line although the last
-	// complete read started past its last ACKED attempt's submitted_at (with none,
-	// its updated_at) plus the settle window: booked, and the rail says it never paid.
+	// complete read started (in dir mode, $2: its account's coverage reaches)
+	// past its last ACKED attempt's submitted_at (with none, its updated_at) plus
+	// the settle window: booked, and the rail says it never paid.
 	paidWithoutLineSQL = `
 INSERT INTO reconciliation_exception (kind, payout_id, seq, detail)
 SELECT 'PAID_WITHOUT_LINE', p.payout_id, NULL,
-       format('PAID with rail reference %s, but the statement read at %s has no ACCEPTED line of it',
-              coalesce(p.rail_reference, '(none)'), c.read_at)
+       CASE WHEN $2
+       THEN format('PAID with rail reference %s, but the statements covering account %s to %s have no ACCEPTED line of it',
+                   coalesce(p.rail_reference, '(none)'), p.account_id, v.covered_to)
+       ELSE format('PAID with rail reference %s, but the statement read at %s has no ACCEPTED line of it',
+                   coalesce(p.rail_reference, '(none)'), c.read_at) END
   FROM payout p
-  JOIN reconciler_cursor c ON c.read_at IS NOT NULL
+  LEFT JOIN reconciler_cursor c ON true
+  LEFT JOIN statement_coverage v ON v.account_id = p.account_id
   LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
                       WHERE s.payout_id = p.payout_id AND s.outcome = 'ACKED') a ON true
  WHERE p.status = 'PAID'
-   AND c.read_at > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond'
+   AND CASE WHEN $2 THEN v.covered_to ELSE c.read_at END
+       > coalesce(a.submitted_at, p.updated_at) + $1 * interval '1 microsecond'
    AND NOT EXISTS (SELECT 1 FROM rail_statement_line l WHERE l.reference = p.payout_id AND l.result = 'ACCEPTED')
 ON CONFLICT DO NOTHING
 RETURNING kind, payout_id, seq, detail`
@@ -509,7 +507,7 @@ func (ss *session) crossCheck(ctx context.Context, settleAfter time.Duration) ([
 		args []any
 	}{
 		{"contradicting lines", contradictionsSQL, nil},
-		{"PAID payouts without a line", paidWithoutLineSQL, []any{settleAfter.Microseconds()}},
+		{"PAID payouts without a line", paidWithoutLineSQL, []any{settleAfter.Microseconds(), ss.perAccount}},
 		{"claimed payouts presented otherwise", attemptMismatchSQL, nil},
 	} {
 		rows, err := ss.conn.Query(ctx, q.sql, q.args...)
@@ -571,4 +569,314 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_ = tx.Rollback(rctx)
+}
+
+// knownFile is what paydb holds of one statement file name: the SHA-256 it was
+// imported with ("" when it was not), and the other versions recorded as
+// changed.
+type knownFile struct {
+	imported string
+	changed  map[string]bool
+}
+
+const knownFilesSQL = `SELECT name, sha256, result FROM statement_file WHERE name = ANY($1)`
+
+// knownFiles reads what paydb holds of the files named.
+func (ss *session) knownFiles(ctx context.Context, names []string) (map[string]knownFile, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	out := map[string]knownFile{}
+	// A name paydb cannot take as text (NUL is no file name; invalid UTF-8 is)
+	// was never imported: it is read, and found invalid.
+	storable := make([]string, 0, len(names))
+	for _, n := range names {
+		if lockapi.StorableTextProblem(n, maxLineTextLen) == "" {
+			storable = append(storable, n)
+		}
+	}
+	rows, err := ss.conn.Query(ctx, knownFilesSQL, storable)
+	if err != nil {
+		return nil, fmt.Errorf("read the statement files imported: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, sum, result string
+		if err := rows.Scan(&name, &sum, &result); err != nil {
+			return nil, fmt.Errorf("read the statement files imported: %w", err)
+		}
+		k := out[name]
+		if result == fileImported {
+			k.imported = sum
+		} else {
+			if k.changed == nil {
+				k.changed = map[string]bool{}
+			}
+			k.changed[sum] = true
+		}
+		out[name] = k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the statement files imported: %w", err)
+	}
+	return out, nil
+}
+
+const (
+	insertFileSQL = `INSERT INTO statement_file (name, sha256, result, entries) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING file_id`
+
+	insertFileExceptionSQL = `
+INSERT INTO reconciliation_exception (kind, file_id, detail) VALUES ('STATEMENT_FILE_CHANGED', $1, $2)
+ON CONFLICT DO NOTHING
+RETURNING kind, payout_id, seq, detail`
+)
+
+// recordChangedFile records a version of an imported file name with other bytes,
+// and its STATEMENT_FILE_CHANGED exception, in one transaction; each version
+// once. It returns the exception when newly recorded.
+func (ss *session) recordChangedFile(ctx context.Context, name, sum, importedSum string) ([]exception, error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	tx, err := ss.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + dbconn.RaiseSyncCommitSQL})
+	if err != nil {
+		return nil, fmt.Errorf("record changed statement file %s: begin: %w", name, err)
+	}
+	defer rollback(ctx, tx)
+	var fileID int64
+	err = tx.QueryRow(ctx, insertFileSQL, name, sum, fileChanged, nil).Scan(&fileID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // recorded before
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record changed statement file %s: %w", name, err)
+	}
+	detail := fmt.Sprintf("statement file %s changed after its import: its bytes now have SHA-256 %s, it was imported with %s; nothing of this version is imported",
+		name, sum, importedSum)
+	rows, err := tx.Query(ctx, insertFileExceptionSQL, fileID, detail)
+	if err != nil {
+		return nil, fmt.Errorf("record changed statement file %s: %w", name, err)
+	}
+	recorded, err := collectExceptions(rows)
+	if err != nil {
+		return nil, fmt.Errorf("record changed statement file %s: %w", name, err)
+	}
+	for i := range recorded {
+		recorded[i].FileID = &fileID
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("record changed statement file %s: commit: %w", name, err)
+	}
+	return recorded, nil
+}
+
+// copiedAcceptedSQL finds which of the given (account, rail reference) pairs an
+// ACCEPTED line of the copy already has (rail_statement_line_rail_reference_idx).
+const copiedAcceptedSQL = `
+SELECT DISTINCT l.account_id, l.rail_reference
+  FROM rail_statement_line l
+  JOIN unnest($1::text[], $2::text[]) AS k(account_id, rail_reference)
+    ON l.account_id = k.account_id AND l.rail_reference = k.rail_reference
+ WHERE l.result = 'ACCEPTED'`
+
+// withoutRepeats drops the ACCEPTED lines whose account and rail reference are
+// already in the copy, or earlier in lines: the same booking shown again (an
+// overlapping statement) is not a second payment, and is not imported again —
+// so it raises no PRESENTED_TWICE. Lines paydb cannot store are kept, for the
+// import to set aside as it does.
+func (ss *session) withoutRepeats(ctx context.Context, tx pgx.Tx, lines []lockapi.StatementLine) (kept, repeated []lockapi.StatementLine, err error) {
+	type key struct{ account, ref string }
+	keyOf := func(l lockapi.StatementLine) (key, bool) {
+		if l.Result != lockapi.ResultAccepted || l.RailReference == nil || *l.RailReference == "" {
+			return key{}, false
+		}
+		if f, _ := unstorable(l); f != "" {
+			return key{}, false
+		}
+		return key{l.AccountID, *l.RailReference}, true
+	}
+	var accts, refs []string
+	for _, l := range lines {
+		if k, ok := keyOf(l); ok {
+			accts, refs = append(accts, k.account), append(refs, k.ref)
+		}
+	}
+	if len(accts) == 0 {
+		return lines, nil, nil
+	}
+	rows, err := tx.Query(ctx, copiedAcceptedSQL, accts, refs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up lines already copied: %w", err)
+	}
+	seen := map[key]bool{}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.account, &k.ref); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("look up lines already copied: %w", err)
+		}
+		seen[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("look up lines already copied: %w", err)
+	}
+	kept = make([]lockapi.StatementLine, 0, len(lines))
+	for _, l := range lines {
+		k, ok := keyOf(l)
+		switch {
+		case !ok:
+		case seen[k]:
+			repeated = append(repeated, l)
+			continue
+		default:
+			seen[k] = true
+		}
+		kept = append(kept, l)
+	}
+	return kept, repeated, nil
+}
+
+const (
+	// nextSeqSQL is where the lines of a file start: after every line copied
+	// and after the cursor (a line set aside as unstorable has a seq too).
+	nextSeqSQL = `SELECT greatest(coalesce((SELECT max(seq) FROM rail_statement_line), 0),
+                coalesce((SELECT last_seq FROM reconciler_cursor), 0))`
+
+	// advanceCoverageSQL moves each account's coverage forward to the end of
+	// the latest statement period imported for it, never past paydb's clock
+	// now: a statement that claims to cover the future covers only what has
+	// happened. One row per account (an account with several statements in
+	// one file takes the latest).
+	advanceCoverageSQL = `
+INSERT INTO statement_coverage AS c (account_id, covered_to)
+SELECT account_id, least(max(to_time), now())
+  FROM unnest($1::text[], $2::timestamptz[]) AS u(account_id, to_time)
+ GROUP BY account_id
+ON CONFLICT (account_id) DO UPDATE SET covered_to = GREATEST(c.covered_to, EXCLUDED.covered_to)`
+)
+
+// fileImport is what importing one statement file did.
+type fileImport struct {
+	done     bool // false: the name was imported meanwhile, nothing done
+	imported int64
+	lastSeq  int64
+	recorded []exception
+}
+
+// importFile imports a valid statement file in one transaction: its lines,
+// numbered after every line copied in entry order (an ACCEPTED line already in
+// the copy left out), the exceptions they prove on their own, the file's row,
+// the coverage of each account whose statement has a period, and the cursor. A
+// failure anywhere imports nothing of it.
+func (ss *session) importFile(ctx context.Context, name, sum string, pf parsedFile) (res fileImport, err error) {
+	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
+	defer cancel()
+	tx, err := ss.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + dbconn.RaiseSyncCommitSQL})
+	if err != nil {
+		return res, fmt.Errorf("begin: %w", err)
+	}
+	defer rollback(ctx, tx)
+	var next int64
+	if err := tx.QueryRow(ctx, nextSeqSQL).Scan(&next); err != nil {
+		return res, fmt.Errorf("number its lines: %w", err)
+	}
+	lines, _, err := ss.withoutRepeats(ctx, tx, pf.lines)
+	if err != nil {
+		return res, err
+	}
+	lines = slices.Clone(lines)
+	for i := range lines {
+		next++
+		lines[i].Seq = next
+	}
+	res.lastSeq = next
+	lines, res.recorded, err = ss.setAsideUnstorable(ctx, tx, lines)
+	if err != nil {
+		return res, err
+	}
+	if res.imported, err = insertLines(ctx, tx, lines); err != nil {
+		return res, err
+	}
+	proved, err := lineExceptions(ctx, tx, lines)
+	if err != nil {
+		return res, err
+	}
+	res.recorded = append(res.recorded, proved...)
+	var fileID int64
+	err = tx.QueryRow(ctx, insertFileSQL, name, sum, fileImported, len(pf.lines)).Scan(&fileID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fileImport{}, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("record the file: %w", err)
+	}
+	var accts []string
+	var tos []time.Time
+	for _, s := range pf.stmts {
+		if s.To == nil || lockapi.StorableTextProblem(s.Account, maxLineTextLen) != "" {
+			continue // no period: it says nothing of what the rail had not booked
+		}
+		accts, tos = append(accts, s.Account), append(tos, *s.To)
+	}
+	if len(accts) > 0 {
+		if _, err := tx.Exec(ctx, advanceCoverageSQL, accts, tos); err != nil {
+			return res, fmt.Errorf("advance the coverage: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, advanceCursorSQL, res.lastSeq, nil); err != nil {
+		return res, fmt.Errorf("advance the cursor to %d: %w", res.lastSeq, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("commit: %w", err)
+	}
+	res.done = true
+	return res, nil
+}
+
+// insertLines copies lines (storable, numbered) in tx and returns how many were
+// new.
+func insertLines(ctx context.Context, tx pgx.Tx, lines []lockapi.StatementLine) (int64, error) {
+	n := len(lines)
+	if n == 0 {
+		return 0, nil
+	}
+	var (
+		seqs    = make([]int64, n)
+		at      = make([]time.Time, n)
+		refs    = make([]string, n)
+		accts   = make([]string, n)
+		amounts = make([]int64, n)
+		curs    = make([]string, n)
+		results = make([]string, n)
+		railRef = make([]*string, n)
+		reasons = make([]*string, n)
+		benefs  = make([]string, n)
+	)
+	for i, l := range lines {
+		seqs[i], at[i], refs[i], accts[i], amounts[i] = l.Seq, l.ReceivedAt, l.Reference, l.AccountID, l.AmountMinor
+		curs[i], results[i], railRef[i], reasons[i], benefs[i] = l.Currency, l.Result, l.RailReference, l.DeclineReason, l.Beneficiary
+	}
+	tag, err := tx.Exec(ctx, insertLinesSQL, seqs, at, refs, accts, amounts, curs, results, railRef, reasons, benefs)
+	if err != nil {
+		return 0, fmt.Errorf("import lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// lineExceptions records in tx what the lines just copied prove on their own.
+func lineExceptions(ctx context.Context, tx pgx.Tx, lines []lockapi.StatementLine) ([]exception, error) {
+	n := len(lines)
+	if n == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, lineExceptionsSQL, lines[0].Seq, lines[n-1].Seq)
+	if err != nil {
+		return nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+	}
+	proved, err := collectExceptions(rows)
+	if err != nil {
+		return nil, fmt.Errorf("check lines %d–%d: %w", lines[0].Seq, lines[n-1].Seq, err)
+	}
+	return proved, nil
 }

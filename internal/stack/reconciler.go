@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"lock.dev/internal/identity"
@@ -20,6 +21,9 @@ type Reconciler struct {
 	URL    string       // metrics and health (https with identities: call with Client)
 	Client *http.Client // the ops workload's client towards the reconciler
 	p      *inProcess
+	// dir: its statement comes from files (RECONCILER_STATEMENT_SOURCE=dir),
+	// and its settle window is judged per account against the coverage.
+	dir bool
 }
 
 // StartReconciler runs a reconciler (docs/contracts/reconciliation.md) in-process
@@ -56,7 +60,8 @@ func (s *Stack) StartReconciler(ctx context.Context, env map[string]string) (*Re
 	s.mu.Lock()
 	s.reconcilers = append(s.reconcilers, p)
 	s.mu.Unlock()
-	r := &Reconciler{URL: s.scheme() + ln.Addr().String(), Client: s.HTTPClient(identity.NameOps, identity.NameReconciler), p: p}
+	r := &Reconciler{URL: s.scheme() + ln.Addr().String(), Client: s.HTTPClient(identity.NameOps, identity.NameReconciler), p: p,
+		dir: e["RECONCILER_STATEMENT_SOURCE"] == reconcile.SourceDir}
 	if err := waitReady(ctx, r.URL, r.Client); err != nil {
 		return nil, fmt.Errorf("stack: reconciler: %w", err)
 	}
@@ -96,7 +101,16 @@ SELECT coalesce(greatest(
 // paydb's clock — is later than the last window's start plus settleAfter, the
 // next pass of r to complete has settled everything that can be settled and
 // recorded every exception due. It returns that read_at.
+//
+// With a reconciler whose statement comes from files the window is judged per
+// account, against what the files imported cover (statement_coverage): it waits
+// until every AMBIGUOUS payout without a statement line has its account covered
+// past its own window, so the rail-stub must keep writing
+// statements of those accounts.
 func (s *Stack) FinalPass(ctx context.Context, r *Reconciler, settleAfter time.Duration) (time.Time, error) {
+	if r.dir {
+		return s.finalPassPerAccount(ctx, r, settleAfter)
+	}
 	var last time.Time
 	if err := s.Paydb.QueryRow(ctx, lastDeadlineSQL).Scan(&last); err != nil {
 		return time.Time{}, fmt.Errorf("stack: the last settle window: %w", err)
@@ -126,20 +140,100 @@ func (s *Stack) FinalPass(ctx context.Context, r *Reconciler, settleAfter time.D
 	}
 	// Passes run one after another: the next pass to complete is the one that
 	// stored this read_at, or a later one.
+	if err := r.nextCompletedPass(ctx, wait); err != nil {
+		return time.Time{}, err
+	}
+	return *readAt, nil
+}
+
+// nextCompletedPass waits until a pass of r completes after the call.
+func (r *Reconciler) nextCompletedPass(ctx context.Context, wait func() error) error {
 	before, err := r.completedPasses(ctx)
 	if err != nil {
-		return time.Time{}, err
+		return err
 	}
 	for {
 		n, err := r.completedPasses(ctx)
 		if err != nil {
-			return time.Time{}, err
+			return err
 		}
 		if n > before {
-			return *readAt, nil
+			return nil
 		}
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+}
+
+// uncoveredSQL lists the accounts of the AMBIGUOUS payouts without a statement
+// line whose settle window the account's coverage has not passed yet, as the
+// reconciler's rules read it in dir mode (docs/contracts/reconciliation.md): the
+// window starts at the payout's last forwardable attempt's submitted_at (with
+// none, its updated_at); $1 is the window in microseconds.
+const uncoveredSQL = `
+SELECT p.account_id, max(coalesce(a.submitted_at, p.updated_at)) + $1 * interval '1 microsecond', min(v.covered_to)
+  FROM payout p
+  LEFT JOIN statement_coverage v ON v.account_id = p.account_id
+  LEFT JOIN LATERAL (SELECT max(s.submitted_at) AS submitted_at FROM rail_submission s
+                      WHERE s.payout_id = p.payout_id
+                        AND (s.outcome IS NULL OR s.outcome IN ('ACKED','REJECTED','TIMEOUT'))) a ON true
+ WHERE p.status = 'AMBIGUOUS'
+   AND NOT EXISTS (SELECT 1 FROM rail_statement_line l WHERE l.reference = p.payout_id)
+ GROUP BY p.account_id
+HAVING NOT coalesce(min(v.covered_to) > max(coalesce(a.submitted_at, p.updated_at)) + $1 * interval '1 microsecond', false)
+ ORDER BY p.account_id`
+
+// finalPassPerAccount is FinalPass for a reconciler in dir mode: once every
+// AMBIGUOUS payout without a line has its account's coverage past its window,
+// the next pass of r to complete settles it. It returns paydb's now() at that
+// moment.
+func (s *Stack) finalPassPerAccount(ctx context.Context, r *Reconciler, settleAfter time.Duration) (time.Time, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var waiting string
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stack: waiting for the reconciler's final pass (accounts not covered yet: %s): %w", waiting, ctx.Err())
+		case <-tick.C:
+			return nil
+		}
+	}
+	var at time.Time
+	for {
+		rows, err := s.Paydb.Query(ctx, uncoveredSQL, settleAfter.Microseconds())
+		if err != nil {
+			return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+		}
+		var uncovered []string
+		for rows.Next() {
+			var account string
+			var due time.Time
+			var covered *time.Time
+			if err := rows.Scan(&account, &due, &covered); err != nil {
+				rows.Close()
+				return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+			}
+			uncovered = append(uncovered, fmt.Sprintf("%s due %s covered to %v", account, due.Format(time.RFC3339Nano), covered))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+		}
+		if len(uncovered) == 0 {
+			if err := s.Paydb.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+				return time.Time{}, fmt.Errorf("stack: paydb's clock: %w", err)
+			}
+			break
+		}
+		waiting = strings.Join(uncovered, "; ")
 		if err := wait(); err != nil {
 			return time.Time{}, err
 		}
 	}
+	if err := r.nextCompletedPass(ctx, wait); err != nil {
+		return time.Time{}, err
+	}
+	return at, nil
 }
