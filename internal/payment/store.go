@@ -497,7 +497,7 @@ const settleEvidenceSQL = `SELECT ` + payoutColumns + `,
                 WHERE e.kind = 'UNSTORABLE_LINE' AND e.payout_id = payout.payout_id)
   FROM payout
   LEFT JOIN reconciler_cursor c ON true
-  LEFT JOIN statement_coverage v ON v.account_id = payout.account_id
+  LEFT JOIN LATERAL (SELECT v.covered_to FROM statement_coverage v WHERE v.account_id = payout.account_id) v ON true
   LEFT JOIN LATERAL (SELECT s.submitted_at FROM rail_submission s
                       WHERE s.payout_id = payout.payout_id AND ` + forwardable + `) a ON true
  WHERE payout_id = $1 AND status = 'AMBIGUOUS'
