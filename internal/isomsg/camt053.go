@@ -464,25 +464,34 @@ func (s Statement) Balanced() error {
 
 // Lines are the statement's booked debit entries (Sts/Cd BOOK, CdtDbtInd DBIT)
 // as ACCEPTED statement lines, in the statement's order: seq = NtryRef, which
-// must be a decimal number (the rail numbers its entries; a reader with its
-// own numbering, such as the reconciler's statement files, renumbers them);
-// reference = EndToEndId; railReference = AcctSvcrRef; amount and currency from
+// must be a decimal number (the rail numbers its entries); reference =
+// EndToEndId; railReference = AcctSvcrRef; amount and currency from
 // TxDtls/AmtDtls/InstdAmt when present, else the entry's Amt; account = the
 // statement's; beneficiary = RltdPties/CdtrAcct; receivedAt = the booking date.
 // Credits and entries not booked are not lines: a bank statement lists what
 // moved, and declines never appear in it.
-func (s Statement) Lines() ([]lockapi.StatementLine, error) {
+func (s Statement) Lines() ([]lockapi.StatementLine, error) { return s.lines(true) }
+
+// UnnumberedLines are Lines with Seq 0 and NtryRef not read, for a reader that
+// numbers the lines itself (the reconciler's statement files, in import
+// order): a bank's NtryRef is optional and need not be a number.
+func (s Statement) UnnumberedLines() ([]lockapi.StatementLine, error) { return s.lines(false) }
+
+func (s Statement) lines(numbered bool) ([]lockapi.StatementLine, error) {
 	var lines []lockapi.StatementLine
 	for i, e := range s.Entries {
 		if !e.Debit || e.Status != Booked {
 			continue
 		}
-		if e.Ref == "" || !allDigits(e.Ref) {
-			return nil, fmt.Errorf("statement %q: entry %d: NtryRef %q is not a decimal number", s.ID, i, e.Ref)
-		}
-		seq, err := strconv.ParseInt(e.Ref, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("statement %q: entry %d: NtryRef %q: %w", s.ID, i, e.Ref, err)
+		var seq int64
+		if numbered {
+			if e.Ref == "" || !allDigits(e.Ref) {
+				return nil, fmt.Errorf("statement %q: entry %d: NtryRef %q is not a decimal number", s.ID, i, e.Ref)
+			}
+			var err error
+			if seq, err = strconv.ParseInt(e.Ref, 10, 64); err != nil {
+				return nil, fmt.Errorf("statement %q: entry %d: NtryRef %q: %w", s.ID, i, e.Ref, err)
+			}
 		}
 		if e.EndToEndID == "" || e.AcctSvcrRef == "" || e.CreditorAccount == "" || e.BookedAt.IsZero() {
 			return nil, fmt.Errorf("statement %q: entry %d: booked debit without EndToEndId, AcctSvcrRef, creditor account or booking date", s.ID, i)

@@ -381,6 +381,11 @@ func TestLinesRefuseANtryRefThatIsNoNumber(t *testing.T) {
 	if lines, err := stmts[0].Lines(); err == nil {
 		t.Errorf("no NtryRef: lines %+v", lines)
 	}
+	// A reader that numbers lines itself reads them all the same.
+	lines, err := stmts[0].UnnumberedLines()
+	if err != nil || len(lines) != 2 || lines[0].Seq != 0 || lines[0].Reference != "payout-7" || lines[1].Reference != "payout-8" {
+		t.Errorf("UnnumberedLines without NtryRef: %+v, %v", lines, err)
+	}
 }
 
 func TestBalancedRefusesAStatementThatDoesNotAddUp(t *testing.T) {
