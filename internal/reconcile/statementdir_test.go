@@ -232,8 +232,10 @@ func TestCoveragePerAccountSettles(t *testing.T) {
 	if want := map[string]string{"p-b": lockapi.StatusNotPresented, "p-c": lockapi.StatusPaid}; !maps.Equal(rep.Settled, want) {
 		t.Fatalf("settled %v, want %v", rep.Settled, want)
 	}
-	if st := e.status(t, "p-a"); st != lockapi.StatusAmbiguous {
-		t.Fatalf("p-a is %s with acct-A not covered", st)
+	if st := e.status(t, "p-a"); st != lockapi.StatusAmbiguous || rep.Refused != 0 {
+		// payment-resource judges a settle against the account's coverage too:
+		// a reconciler that asked for it would be refused.
+		t.Fatalf("p-a is %s with acct-A not covered, %d settles refused", st, rep.Refused)
 	}
 	if n := e.count(t, `SELECT count(*) FROM statement_coverage WHERE account_id = 'acct-A'`); n != 0 {
 		t.Fatal("a statement without a period advanced its account's coverage")
@@ -244,8 +246,8 @@ func TestCoveragePerAccountSettles(t *testing.T) {
 	// A period that ended before p-a's attempt does not cover it either.
 	past := time.Now().Add(-time.Hour)
 	writeStatements(t, dir, "2.xml", stmt("A", "acct-A", &past))
-	if rep := e.pass(t); len(rep.Settled) != 0 {
-		t.Fatalf("settled %v with acct-A covered only to an hour ago", rep.Settled)
+	if rep := e.pass(t); len(rep.Settled) != 0 || rep.Refused != 0 {
+		t.Fatalf("settled %v (%d refused) with acct-A covered only to an hour ago", rep.Settled, rep.Refused)
 	}
 	writeStatements(t, dir, "3.xml", stmt("A", "acct-A", hour()))
 	if rep := e.pass(t); !maps.Equal(rep.Settled, map[string]string{"p-a": lockapi.StatusNotPresented}) {
