@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,9 @@ func TestReadStatusReportRefuses(t *testing.T) {
 		"NUL in reference": strings.Replace(s, "BANK-TX-41", "BANK\x00TX-41", 1),
 		"bad CreDtTm":      strings.Replace(s, "<CreDtTm>2026", "<CreDtTm>x2026", 1),
 		"two roots":        s + s,
+		"two TxSts":        strings.Replace(s, "<TxSts>ACSC</TxSts>", "<TxSts>RJCT</TxSts><TxSts>ACSC</TxSts>", 1),
+		"two references":   strings.Replace(s, "<AcctSvcrRef>BANK-TX-41</AcctSvcrRef>", "<AcctSvcrRef>A</AcctSvcrRef><AcctSvcrRef>BANK-TX-41</AcctSvcrRef>", 1),
+		"two EndToEndIds":  strings.Replace(s, "<OrgnlEndToEndId>payout-7</OrgnlEndToEndId>", "<OrgnlEndToEndId>payout-8</OrgnlEndToEndId><OrgnlEndToEndId>payout-7</OrgnlEndToEndId>", 1),
 		"empty":            "",
 	} {
 		if doc == s {
@@ -436,5 +440,37 @@ func TestSchemasAreTheOfficialFiles(t *testing.T) {
 		if !strings.Contains(string(readme), want) {
 			t.Errorf("xsd/README.md does not give %s's SHA-256", name)
 		}
+	}
+}
+
+// prefixed writes doc as banks' XML libraries often do: every element with a
+// namespace prefix instead of the default namespace.
+func prefixed(doc []byte) []byte {
+	s := strings.Replace(string(doc), `xmlns="`, `xmlns:ns2="`, 1)
+	s = regexp.MustCompile(`<(/?)([A-Za-z])`).ReplaceAllString(s, "<${1}ns2:${2}")
+	return []byte(s)
+}
+
+func TestReadsPrefixedDocuments(t *testing.T) {
+	r := report("ACSC")
+	r.AcctSvcrRef = "BANK-TX-41"
+	rep, err := isomsg.WriteStatusReport(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := prefixed(rep)
+	testkit.ValidateISO20022(t, doc)
+	back, err := isomsg.ReadStatusReport(doc)
+	if err != nil || back.Status != "ACSC" || back.AcctSvcrRef != "BANK-TX-41" || back.EndToEndID != "payout-7" {
+		t.Errorf("prefixed pain.002 read as %+v, %v", back, err)
+	}
+	camt := prefixed([]byte(readFixture(t, "bank-statement.xml")))
+	testkit.ValidateISO20022(t, camt)
+	stmts, err := isomsg.ReadStatements(camt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines, err := stmts[0].Lines(); err != nil || len(lines) != 2 {
+		t.Errorf("prefixed camt.053: %+v, %v", lines, err)
 	}
 }

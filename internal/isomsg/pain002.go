@@ -35,8 +35,8 @@ type pain002Message struct {
 		CreDtTm string `xml:"CreDtTm"`
 	} `xml:"GrpHdr"`
 	OrgnlGrpInfAndSts struct {
-		OrgnlMsgID   string `xml:"OrgnlMsgId"`
-		OrgnlMsgNmID string `xml:"OrgnlMsgNmId"`
+		OrgnlMsgID   []string `xml:"OrgnlMsgId"`
+		OrgnlMsgNmID string   `xml:"OrgnlMsgNmId"`
 	} `xml:"OrgnlGrpInfAndSts"`
 	OrgnlPmtInfAndSts []orgnlPmtInf `xml:"OrgnlPmtInfAndSts"`
 }
@@ -52,11 +52,15 @@ type codeChoice struct {
 	Prtry string `xml:"Prtry,omitempty"`
 }
 
+// txInfAndSts is PaymentTransaction105. Its single-valued elements that decide
+// a verdict are slices, so that a document repeating one — which the schema
+// forbids, and encoding/xml would read as the last — is refused rather than
+// read as whichever came last.
 type txInfAndSts struct {
-	OrgnlEndToEndID string         `xml:"OrgnlEndToEndId,omitempty"`
-	TxSts           string         `xml:"TxSts,omitempty"`
+	OrgnlEndToEndID []string       `xml:"OrgnlEndToEndId,omitempty"`
+	TxSts           []string       `xml:"TxSts,omitempty"`
 	StsRsnInf       []statusReason `xml:"StsRsnInf,omitempty"`
-	AcctSvcrRef     string         `xml:"AcctSvcrRef,omitempty"`
+	AcctSvcrRef     []string       `xml:"AcctSvcrRef,omitempty"`
 }
 
 type statusReason struct {
@@ -93,7 +97,10 @@ func WriteStatusReport(r StatusReport) ([]byte, error) {
 	if r.CreatedAt.IsZero() {
 		return nil, errors.New("pain.002: no creation time")
 	}
-	tx := txInfAndSts{OrgnlEndToEndID: r.EndToEndID, TxSts: r.Status, AcctSvcrRef: r.AcctSvcrRef}
+	tx := txInfAndSts{OrgnlEndToEndID: []string{r.EndToEndID}, TxSts: []string{r.Status}}
+	if r.AcctSvcrRef != "" {
+		tx.AcctSvcrRef = []string{r.AcctSvcrRef}
+	}
 	if r.ReasonCode != "" || r.AdditionalInfo != "" {
 		var sr statusReason
 		if r.ReasonCode != "" {
@@ -106,7 +113,7 @@ func WriteStatusReport(r StatusReport) ([]byte, error) {
 	}
 	var m pain002Message
 	m.GrpHdr.MsgID, m.GrpHdr.CreDtTm = r.MsgID, formatDateTime(r.CreatedAt)
-	m.OrgnlGrpInfAndSts.OrgnlMsgID, m.OrgnlGrpInfAndSts.OrgnlMsgNmID = r.OrgnlMsgID, "pain.001.001.09"
+	m.OrgnlGrpInfAndSts.OrgnlMsgID, m.OrgnlGrpInfAndSts.OrgnlMsgNmID = []string{r.OrgnlMsgID}, "pain.001.001.09"
 	m.OrgnlPmtInfAndSts = []orgnlPmtInf{{OrgnlPmtInfID: pmtInf, TxInfAndSts: []txInfAndSts{tx}}}
 	return marshal(pain002Doc{Rpt: &m})
 }
@@ -126,7 +133,7 @@ func ReadStatusReport(b []byte) (StatusReport, error) {
 	if m == nil {
 		return StatusReport{}, errors.New("pain.002: no CstmrPmtStsRpt")
 	}
-	r := StatusReport{MsgID: m.GrpHdr.MsgID, OrgnlMsgID: m.OrgnlGrpInfAndSts.OrgnlMsgID}
+	r := StatusReport{MsgID: m.GrpHdr.MsgID}
 	var txs []txInfAndSts
 	for _, p := range m.OrgnlPmtInfAndSts {
 		if len(p.TxInfAndSts) > 0 {
@@ -142,7 +149,21 @@ func ReadStatusReport(b []byte) (StatusReport, error) {
 		return StatusReport{}, fmt.Errorf("pain.002: CreDtTm: %w", err)
 	}
 	tx := txs[0]
-	r.EndToEndID, r.Status, r.AcctSvcrRef = tx.OrgnlEndToEndID, tx.TxSts, tx.AcctSvcrRef
+	for _, f := range []struct {
+		name string
+		vs   []string
+		to   *string
+	}{
+		{"OrgnlMsgId", m.OrgnlGrpInfAndSts.OrgnlMsgID, &r.OrgnlMsgID}, {"OrgnlEndToEndId", tx.OrgnlEndToEndID, &r.EndToEndID},
+		{"TxSts", tx.TxSts, &r.Status}, {"AcctSvcrRef", tx.AcctSvcrRef, &r.AcctSvcrRef},
+	} {
+		if len(f.vs) > 1 {
+			return StatusReport{}, fmt.Errorf("pain.002: %d %s elements, at most one", len(f.vs), f.name)
+		}
+		if len(f.vs) == 1 {
+			*f.to = f.vs[0]
+		}
+	}
 	if len(tx.StsRsnInf) > 0 {
 		sr := tx.StsRsnInf[0]
 		if sr.Rsn != nil {
