@@ -46,7 +46,8 @@ func TestBinary(t *testing.T) {
 	}
 	for _, s := range []string{"RECONCILER_ADDR", "PAYDB_URL", "PAYDB_MAX_CONNS", "RAIL_PROXY_URL", "PAYMENT_RESOURCE_URL",
 		"PAYMENT_SETTLE_TOKEN", "RECONCILER_INTERVAL", "RECONCILER_SETTLE_AFTER", "LOG_LEVEL", "UNSAFE_NON_DURABLE_DB",
-		"TLS_CERT_FILE", "UNSAFE_NO_AUTH", "HEALTH_ADDR", "RAIL_PROXY_ID", "PAYMENT_RESOURCE_ID"} {
+		"TLS_CERT_FILE", "UNSAFE_NO_AUTH", "HEALTH_ADDR", "RAIL_PROXY_ID", "PAYMENT_RESOURCE_ID",
+		"RECONCILER_STATEMENT_SOURCE", "RECONCILER_STATEMENT_DIR"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("--help lacks %s:\n%s", s, out.String())
 		}
@@ -58,6 +59,8 @@ func TestBinary(t *testing.T) {
 		{nil, nil}, // serve without a settle token
 		{[]string{token}, []string{"--reconciler-settle-after=later"}},
 		{[]string{token}, []string{"frobnicate"}},
+		{[]string{token, "RECONCILER_STATEMENT_SOURCE=dir"}, nil}, // no RECONCILER_STATEMENT_DIR
+		{[]string{token, "RECONCILER_STATEMENT_SOURCE=sftp"}, nil},
 		// An unparsable PAYDB_URL is a bad setting, for serve and migrate alike
 		// and its password is never shown.
 		{[]string{token, "PAYDB_URL=postgres://u:" + badURLSecret + "@host:notaport/db"}, nil},
@@ -102,6 +105,13 @@ func TestBinary(t *testing.T) {
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, c.name) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and one line naming %s", c.env, code, stderr, c.name)
 		}
+	}
+	// Statements from files: rail-proxy's URL (the http:// default) and identity
+	// are not used, so not refused; serve goes on to paydb (empty: exit 1).
+	dirEnv := append([]string{"PAYDB_URL=" + dbURL, token, "PAYMENT_RESOURCE_URL=https://127.0.0.1:1", "RAIL_PROXY_ID=rail-proxy",
+		"RECONCILER_STATEMENT_SOURCE=dir", "RECONCILER_STATEMENT_DIR=" + t.TempDir()}, tlsEnv...)
+	if _, stderr, code := testkit.RunMain(runMainEnv, dirEnv, "serve"); code != 1 || !strings.Contains(stderr, "reconciler migrate") {
+		t.Errorf("dir mode without rail-proxy settings: exit %d, stderr %q; want 1 naming reconciler migrate", code, stderr)
 	}
 
 	// The rest is about the schema, the database's durability and the process,
