@@ -101,6 +101,7 @@ func openStatementFiles(dir string, loaded []Call, start time.Time, l *callLog, 
 	}
 	slices.Sort(names)
 	filed := map[string]bool{}
+	var lastTo time.Time // the previous period's end: the next one starts there
 	for i, name := range names {
 		last := i == len(names)-1
 		if !last && len(loaded) == 0 {
@@ -118,14 +119,20 @@ func openStatementFiles(dir string, loaded []Call, start time.Time, l *callLog, 
 			for _, e := range st.Entries {
 				filed[e.AcctSvcrRef] = true
 			}
-			if !last || st.Account == StatementAccount && len(st.Entries) == 0 && st.ClosingMinor == 0 {
+			if !last {
 				continue
 			}
-			f.balances[stmtKey{st.Account, st.Currency}] = st.ClosingMinor
-			if st.To != nil && st.To.After(f.from) {
-				f.from = st.To.UTC()
+			if st.To != nil && st.To.After(lastTo) {
+				lastTo = st.To.UTC()
+			}
+			// The stub's own empty statement stands for "no account yet".
+			if st.Account != StatementAccount || len(st.Entries) > 0 || st.ClosingMinor != 0 {
+				f.balances[stmtKey{st.Account, st.Currency}] = st.ClosingMinor
 			}
 		}
+	}
+	if !lastTo.IsZero() {
+		f.from = lastTo
 	}
 	for _, c := range loaded {
 		k := stmtKey{c.AccountID, c.Currency}
