@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"lock.dev/internal/stack"
 )
 
 // The reconciler (docs/contracts/reconciliation.md) runs beside the executors for
@@ -25,6 +27,15 @@ const reconcilerInterval = 500 * time.Millisecond
 // else. Short, so the run settles everything within seconds; production's default
 // is 5 minutes.
 func (c Config) SettleAfter() time.Duration { return c.InterruptedAfter() }
+
+// statementAcceptedOnly says the run's statement is a camt.053, which lists
+// only what moved money (the ISO 20022 rail's statement route, or statement
+// files): a declined call is on none, and the reconciler settles an AMBIGUOUS
+// payout whose call was declined NOT_PRESENTED once its window has passed —
+// right for the books, since no money moved (docs/contracts/iso20022.md).
+func (c Config) statementAcceptedOnly() bool {
+	return c.RailProtocol == stack.RailISO20022 || c.StatementSource == stack.StatementDir
+}
 
 // startReconciler starts the run's reconciler on the stack.
 func (s *scenario) startReconciler(ctx context.Context) error {

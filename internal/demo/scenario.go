@@ -175,7 +175,7 @@ func runScenario(ctx context.Context, cfg Config, fencing bool, t target) (*Resu
 	run.SlowWindows = int(s.slowWindows.Load())
 	run.ReconcilerWaitMs = waited.Milliseconds()
 	run.Report = invariants.Evaluate(h, invariants.Options{FencingEnabled: fencing, RequireSettled: true, Reconciled: true,
-		IssuedRecorded: h.Issued != nil, BooksBound: true})
+		IssuedRecorded: h.Issued != nil, BooksBound: true, StatementAcceptedOnly: cfg.statementAcceptedOnly()})
 	if cfg.Keep {
 		keep = true
 		run.URLs = map[string]string{

@@ -1,6 +1,7 @@
 package invariants
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -144,6 +145,10 @@ func (e *evaluation) statementCopy() {
 		}
 		return
 	}
+	if e.opts.StatementAcceptedOnly {
+		e.acceptedCopy()
+		return
+	}
 	if e.h.Cursor.LastSeq != last {
 		e.add(CheckStatementCopy, Finding{Seq: last, Detail: fmt.Sprintf(
 			"the cursor is at seq %d, the rail's log ends at %d: the final pass did not read it all", e.h.Cursor.LastSeq, last)})
@@ -183,6 +188,53 @@ func (e *evaluation) statementCopy() {
 	}
 }
 
+// acceptedCopy is statementCopy for a statement of accepted calls only
+// (Options.StatementAcceptedOnly): every accepted call is copied once, as it is,
+// under its account and rail reference — the copy holding them all shows the
+// final pass read the whole statement — and the copy holds nothing else.
+func (e *evaluation) acceptedCopy() {
+	type key struct{ account, ref string }
+	copied := make(map[key][]lockapi.StatementLine, len(e.h.StatementLines))
+	for _, l := range e.h.StatementLines {
+		k := key{l.AccountID, text(l.RailReference)}
+		copied[k] = append(copied[k], l)
+	}
+	for _, c := range e.calls {
+		if c.Result != railstub.ResultAccepted {
+			continue
+		}
+		k := key{c.AccountID, c.RailReference}
+		ls := copied[k]
+		delete(copied, k)
+		f := Finding{AccountID: c.AccountID, PayoutID: c.Reference, Seq: c.Seq}
+		switch {
+		case len(ls) == 0:
+			f.Detail = "the rail accepted this call; the copy lacks it"
+		case len(ls) > 1:
+			f.Detail = fmt.Sprintf("copied %d times (seqs %d, %d …)", len(ls), ls[0].Seq, ls[1].Seq)
+		case ls[0].Reference != c.Reference || ls[0].AmountMinor != c.AmountMinor || ls[0].Currency != c.Currency ||
+			!lockapi.SameBeneficiary(ls[0].Beneficiary, c.Beneficiary) || ls[0].Result != c.Result ||
+			ls[0].ReceivedAt.Sub(c.ReceivedAt).Abs() > time.Microsecond:
+			l := ls[0]
+			f.Detail = fmt.Sprintf("copied as %s %s %d %s %s at %s, the rail booked %s %s %d %s %s at %s",
+				l.Reference, l.AccountID, l.AmountMinor, l.Currency, l.Result, l.ReceivedAt.Format(time.RFC3339Nano),
+				c.Reference, c.AccountID, c.AmountMinor, c.Currency, c.Result, c.ReceivedAt.Format(time.RFC3339Nano))
+		default:
+			continue
+		}
+		e.add(CheckStatementCopy, f)
+	}
+	extra := make([]lockapi.StatementLine, 0, len(copied))
+	for _, ls := range copied {
+		extra = append(extra, ls...)
+	}
+	slices.SortFunc(extra, func(a, b lockapi.StatementLine) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, l := range extra {
+		e.add(CheckStatementCopy, Finding{AccountID: l.AccountID, PayoutID: l.Reference, Seq: l.Seq,
+			Detail: "the copy has a line the rail never accepted"})
+	}
+}
+
 // unrecorded derives from the rail's log the disagreements
 // docs/contracts/reconciliation.md names per line and flags each one no exception
 // records: a second accepted call of a payout (PRESENTED_TWICE), a call whose
@@ -209,6 +261,9 @@ func (e *evaluation) unrecorded() {
 	}
 	acceptedBefore := map[string]int64{}
 	for _, c := range e.calls {
+		if e.opts.StatementAcceptedOnly && c.Result != railstub.ResultAccepted {
+			continue // on no statement: nothing for the reconciler to record
+		}
 		p, ours := e.payout[c.Reference]
 		if !ours {
 			expect("UNKNOWN_REFERENCE", c, "", fmt.Sprintf("%s call for %s, which is no payout", c.Result, c.Reference))

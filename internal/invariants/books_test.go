@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"lock.dev/internal/railstub"
 	"lock.dev/lockapi"
@@ -174,6 +175,81 @@ func TestBooksViolationsDetected(t *testing.T) {
 						t.Errorf("invariant %d reported held with a violation of it", v.Invariant)
 					}
 				}
+			}
+		})
+	}
+}
+
+// acceptedOnly is settled() as a reconciler reading a camt.053 statement leaves
+// it: p9's call reached the rail and was declined, which no such statement
+// lists, so p9 was settled NOT_PRESENTED; the copy holds the accepted calls
+// alone, numbered in import order.
+func acceptedOnly() History {
+	h := settled()
+	h.Calls = append(h.Calls, railstub.Call{Seq: 50, ReceivedAt: at(2).Add(700 * time.Millisecond), Reference: "p9", AccountID: "acct-B",
+		AmountMinor: amountOf("p9"), Currency: "EUR", Beneficiary: "NL91ABNA0417164300", Result: railstub.ResultDeclined, Reason: "MS03"})
+	h.StatementLines = nil
+	for _, c := range h.Calls {
+		if c.Result == railstub.ResultAccepted {
+			l := lineOf(c)
+			l.Seq = int64(len(h.StatementLines) + 1)
+			h.StatementLines = append(h.StatementLines, l)
+		}
+	}
+	h.Cursor.LastSeq = int64(len(h.StatementLines))
+	return h
+}
+
+// With a statement of accepted calls only (Options.StatementAcceptedOnly), a
+// payout whose call was declined settles NOT_PRESENTED and the books close; the
+// copy is judged by account and rail reference. Read as a statement of every
+// call, the same history breaks them. What the option must still catch, it does.
+func TestStatementAcceptedOnly(t *testing.T) {
+	t.Parallel()
+	opts := reconciled
+	opts.StatementAcceptedOnly = true
+	if r := Evaluate(acceptedOnly(), opts); !r.OK() {
+		t.Fatalf("violations with a statement of accepted calls only: %v", r.Violations)
+	}
+	if r := Evaluate(acceptedOnly(), reconciled); r.OK() || !slices.ContainsFunc(r.Violations, func(f Finding) bool { return f.Check == CheckPayoutVsRail }) {
+		t.Fatalf("read as a statement of every call, violations %v, want the declined call of a NOT_PRESENTED payout", r.Violations)
+	}
+	for _, c := range []struct {
+		name   string
+		break_ func(h *History)
+		want   []CheckID
+	}{
+		{"the copy lacks an accepted call", func(h *History) {
+			h.StatementLines = h.StatementLines[1:]
+		}, []CheckID{CheckStatementCopy}},
+		{"the copy holds an accepted call twice", func(h *History) {
+			l := h.StatementLines[0]
+			l.Seq = 99
+			h.StatementLines = append(h.StatementLines, l)
+		}, []CheckID{CheckStatementCopy}},
+		{"the copy has an amount the rail never accepted", func(h *History) {
+			h.StatementLines[0].AmountMinor++
+		}, []CheckID{CheckStatementCopy}},
+		{"the copy has a declined call's line", func(h *History) {
+			h.StatementLines = append(h.StatementLines, lineOf(*call(h, "p2")))
+		}, []CheckID{CheckStatementCopy}},
+		{"the rail accepted the NOT_PRESENTED payout, unrecorded", func(h *History) {
+			c := &h.Calls[len(h.Calls)-1]
+			c.Result, c.Reason, c.RailReference = railstub.ResultAccepted, "", "RS-9"
+		}, []CheckID{CheckPayoutVsRail, CheckLedgerVsAccepted, CheckStatementCopy, CheckUnrecorded}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := acceptedOnly()
+			c.break_(&h)
+			var got []CheckID
+			for _, v := range Evaluate(h, opts).Violations {
+				got = append(got, v.Check)
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(c.want))
+			if !slices.Equal(got, want) {
+				t.Fatalf("violations %v, want checks %v", got, want)
 			}
 		})
 	}

@@ -32,6 +32,14 @@ type Options struct {
 	// move payment-resource made (docs/contracts/books.md): invariant 8, only the
 	// books move money, is judged.
 	BooksBound bool
+	// StatementAcceptedOnly says the reconciler read a statement that lists only
+	// what moved money — a camt.053, through rail-proxy's ISO 20022 route or
+	// from statement files (docs/contracts/iso20022.md): a declined call is on
+	// no statement, so the copy holds the accepted calls alone (matched to them
+	// by account and rail reference: files are numbered in import order, not by
+	// the rail), a payout whose only calls were declined is rightly settled
+	// NOT_PRESENTED (no money moved), and a declined call calls for no exception.
+	StatementAcceptedOnly bool
 }
 
 // evaluation holds the history, ordered and indexed, and the findings so far.
@@ -575,7 +583,9 @@ func (e *evaluation) payoutsVsRail() {
 			switch {
 			case !e.settledAs(p.PayoutID, "NOT_PRESENTED"):
 				f.Detail = "NOT_PRESENTED, but no settle from the statement made it so"
-			case len(calls) > 0:
+			case e.opts.StatementAcceptedOnly && accepted:
+				f.Detail = "NOT_PRESENTED, but the rail accepted it: money moved"
+			case !e.opts.StatementAcceptedOnly && len(calls) > 0:
 				f.Detail = fmt.Sprintf("NOT_PRESENTED, but the rail was presented it (call %d, %s)", calls[0].Seq, calls[0].Result)
 				f.Seq = calls[0].Seq
 			default:
