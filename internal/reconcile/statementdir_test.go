@@ -433,3 +433,26 @@ func TestStatementSourceSettings(t *testing.T) {
 		t.Fatalf("an unknown source = %v, want RECONCILER_STATEMENT_SOURCE named", err)
 	}
 }
+
+// PAID_WITHOUT_LINE is judged per account too: a PAID payout the statements show
+// no line of is an exception only once its own account is covered past its
+// window.
+func TestPaidWithoutLineJudgedPerAccount(t *testing.T) {
+	t.Parallel()
+	e, dir := dirEnv(t)
+	if got := e.drive(t, e.liarProxy(t, "RS-GHOST"), payoutReq("p-ghost", "acct-G", 400)); got != lockapi.StatusPaid {
+		t.Fatalf("p-ghost posted %s", got)
+	}
+	e.waitWindow(t)
+	writeStatements(t, dir, "1.xml", stmt("H", "acct-H", hour()))
+	if rep := e.pass(t); len(rep.Exceptions) != 0 {
+		t.Fatalf("exceptions %v with only another account covered", rep.Exceptions)
+	}
+	writeStatements(t, dir, "2.xml", stmt("G", "acct-G", hour()))
+	if rep := e.pass(t); rep.Exceptions[reconcile.KindPaidWithoutLine] != 1 || len(rep.Exceptions) != 1 {
+		t.Fatalf("exceptions %v once acct-G is covered, want PAID_WITHOUT_LINE", rep.Exceptions)
+	}
+	if got := e.exceptions(t); !slices.Equal(got, []string{"PAID_WITHOUT_LINE p-ghost -"}) {
+		t.Fatalf("exceptions = %v", got)
+	}
+}
