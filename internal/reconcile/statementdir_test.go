@@ -456,3 +456,34 @@ func TestPaidWithoutLineJudgedPerAccount(t *testing.T) {
 		t.Fatalf("exceptions = %v", got)
 	}
 }
+
+// The stack's final pass with a reconciler in dir mode waits for the coverage of
+// each account with an AMBIGUOUS payout to pass its window — not for the
+// cursor's read_at, which dir mode never sets — and then for a pass.
+func TestFinalPassWaitsForEachAccountsCoverage(t *testing.T) {
+	t.Parallel()
+	e, dir := dirEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if got := e.drive(t, e.blackholeProxy(t), payoutReq("p-a", "acct-A", 100)); got != lockapi.StatusAmbiguous {
+		t.Fatalf("p-a posted %s", got)
+	}
+	rec, err := e.st.StartReconciler(ctx, map[string]string{"RECONCILER_STATEMENT_SOURCE": "dir", "RECONCILER_STATEMENT_DIR": dir,
+		"RECONCILER_INTERVAL": "50ms", "RECONCILER_SETTLE_AFTER": "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeStatements(t, dir, "1.xml", stmt("B", "acct-B", hour()))
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelShort()
+	if _, err := e.st.FinalPass(short, rec, time.Second); err == nil || !strings.Contains(err.Error(), "acct-A") {
+		t.Fatalf("final pass with acct-A never covered = %v, want it waiting for acct-A", err)
+	}
+	writeStatements(t, dir, "2.xml", stmt("A", "acct-A", hour()))
+	if _, err := e.st.FinalPass(ctx, rec, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(t, "p-a"); st != lockapi.StatusNotPresented {
+		t.Fatalf("p-a is %s after the final pass", st)
+	}
+}

@@ -200,11 +200,17 @@ func (s *Stack) finalPassPerAccount(ctx context.Context, r *Reconciler, settleAf
 			return nil
 		}
 	}
+	failed := func(err error) error {
+		if ctx.Err() != nil {
+			return wait() // says what it was waiting for
+		}
+		return fmt.Errorf("stack: the accounts' coverage: %w", err)
+	}
 	var at time.Time
 	for {
 		rows, err := s.Paydb.Query(ctx, uncoveredSQL, settleAfter.Microseconds())
 		if err != nil {
-			return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+			return time.Time{}, failed(err)
 		}
 		var uncovered []string
 		for rows.Next() {
@@ -213,13 +219,13 @@ func (s *Stack) finalPassPerAccount(ctx context.Context, r *Reconciler, settleAf
 			var covered *time.Time
 			if err := rows.Scan(&account, &due, &covered); err != nil {
 				rows.Close()
-				return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+				return time.Time{}, failed(err)
 			}
 			uncovered = append(uncovered, fmt.Sprintf("%s due %s covered to %v", account, due.Format(time.RFC3339Nano), covered))
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return time.Time{}, fmt.Errorf("stack: the accounts' coverage: %w", err)
+			return time.Time{}, failed(err)
 		}
 		if len(uncovered) == 0 {
 			if err := s.Paydb.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
