@@ -52,13 +52,18 @@ type idStub struct {
 	logs *syncBuffer
 }
 
-func startIDStub(t *testing.T) *idStub {
+func startIDStub(t *testing.T) *idStub { return startIDStubWith(t, nil) }
+
+func startIDStubWith(t *testing.T, mutate func(*Config)) *idStub {
 	t.Helper()
 	dir := writeCerts(t)
 	cfg := DefaultConfig()
 	seed := int64(1)
 	logs := &syncBuffer{}
 	cfg.Seed, cfg.LogOutput, cfg.Identity = &seed, logs, identity.Files(dir, identity.NameRailStub)
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -67,7 +72,11 @@ func startIDStub(t *testing.T) *idStub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := fastserve.NewFastServer(conformance.Handler(s.Handler()), s.logger)
+	h := conformance.Handler(s.Handler())
+	if cfg.Protocol == ProtocolISO20022 {
+		h = outsideDocument(s.Handler(), h)
+	}
+	srv := fastserve.NewFastServer(h, s.logger)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(identity.NewListener(ln, s.source.ServerConfig())) }()
 	url := "https://" + ln.Addr().String()
@@ -161,6 +170,55 @@ func TestRolesGuardEachRoute(t *testing.T) {
 	ev := s.logs.events(t, "forbidden")
 	if len(ev) != 5 || ev[0]["identity"] != identity.DefaultID(identity.NameExecutor) || ev[0]["route"] != routePay {
 		t.Fatalf("forbidden events: %v", ev)
+	}
+}
+
+// In ISO 20022 mode the same roles guard the same duties: only rail-proxy
+// presents a pain.001 (a refused one is not booked), the statement is the
+// readers', the rail's health needs no role.
+func TestISORolesGuardEachRoute(t *testing.T) {
+	t.Parallel()
+	s := startIDStubWith(t, func(c *Config) { c.Protocol = ProtocolISO20022 })
+	ctx := t.Context()
+	executor, proxy, ops := s.as(t, identity.NameExecutor), s.as(t, identity.NameRailProxy), s.as(t, identity.NameOps)
+	doc := pain001(t, initiation("p-1"))
+	do := func(c *Client, method, path string, body []byte) reply {
+		t.Helper()
+		ct := ""
+		if body != nil {
+			ct = "application/xml"
+		}
+		r, err := send(ctx, c.HTTP, s.URL, method, path, ct, body)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return r
+	}
+	problem(t, do(executor, http.MethodPost, "/iso20022/pain.001", doc), http.StatusForbidden, lockapi.CodeForbidden)
+	if n, _ := s.calls.count(); n != 0 {
+		t.Fatalf("the stub booked %d calls after a refused pain.001", n)
+	}
+	if rep := statusReport(t, do(proxy, http.MethodPost, "/iso20022/pain.001", doc)); rep.Status != StatusAccepted {
+		t.Fatalf("rail-proxy pays: %+v", rep)
+	}
+	problem(t, do(executor, http.MethodGet, "/iso20022/camt.053", nil), http.StatusForbidden, lockapi.CodeForbidden)
+	for _, c := range []*Client{proxy, ops} {
+		r := do(c, http.MethodGet, "/iso20022/camt.053", nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("a reader's statement: %d %s", r.status, r.body)
+		}
+		if st := readStatements(t, r.body); len(st) != 1 || len(st[0].Entries) != 1 {
+			t.Fatalf("statement = %+v, want the one call", st)
+		}
+	}
+	if r := do(executor, http.MethodGet, "/iso20022/health", nil); r.status != http.StatusOK {
+		t.Fatalf("the rail's health needs a certificate and no role: %d", r.status)
+	}
+	metrics := metricsOf(t, executor, s.URL)
+	for _, want := range []string{`authz_denied_total{route="payPain001"} 1`, `authz_denied_total{route="readCamt053"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"lock.dev/internal/isomsg"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
+	"lock.dev/rail"
+	"lock.dev/rail/iso20022"
 )
 
 // outsideDocument serves the ISO 20022 routes, and the JSON payment route a
@@ -358,5 +360,80 @@ func TestISOCamt053PagesAcceptedCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		problem(t, r, http.StatusBadRequest, lockapi.CodeInvalidRequest)
+	}
+}
+
+// The stub in ISO 20022 mode and the project's ISO 20022 adapter understand
+// each other: the adapter's pain.001 is booked, its reading of the answer is the
+// call's fate (the rail reference of an accept, MS03 for a decline), and its
+// reading of the statement is the accepted calls of the call log, field for
+// field, in seq order.
+func TestISOAdapterReadsTheStub(t *testing.T) {
+	t.Parallel()
+	ts := startISOStub(t, nil)
+	a := iso20022.New()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	do := func(req rail.Request) rail.Reply {
+		t.Helper()
+		var body []byte
+		if req.ContentType != "" {
+			body = req.Body
+		}
+		r, err := send(t.Context(), hc, ts.URL, req.Method, req.Path, req.ContentType, body)
+		if err != nil {
+			t.Fatalf("%s %s: %v", req.Method, req.Path, err)
+		}
+		return rail.Reply{Status: r.status, ContentType: r.header.Get("Content-Type"), Body: r.body}
+	}
+	payAs := func(id int64, payout, account string) rail.Answer {
+		p := rail.Payment{SubmissionID: id, PayoutID: payout, AccountID: account, AmountMinor: 1395 * id,
+			Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}
+		req, err := a.PaymentRequest(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.ReadAnswer(p, do(req))
+	}
+	if ans := payAs(1, "p-1", "acct-b"); ans.Verdict != rail.Accepted || ans.RailReference != calls(t, ts)[0].RailReference {
+		t.Fatalf("accept read as %+v", ans)
+	}
+	if _, err := ts.Client.SetChaos(t.Context(), 0, 1, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ans := payAs(2, "p-2", "acct-a"); ans.Verdict != rail.Declined || ans.DeclineReason != ISODeclineCode {
+		t.Fatalf("decline read as %+v", ans)
+	}
+	if _, err := ts.Client.SetChaos(t.Context(), 0, 0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	payAs(3, "p-3", "acct-a")
+	payAs(4, "p-4", "acct-b")
+	if r := do(a.HealthRequest()); r.Status != http.StatusOK {
+		t.Fatalf("health: %d", r.Status)
+	}
+	lines, err := a.ReadStatement(do(a.StatementRequest(0, 100)), 0, 100)
+	if err != nil {
+		t.Fatalf("ReadStatement: %v", err)
+	}
+	var want []Call
+	for _, c := range calls(t, ts) {
+		if c.Result == ResultAccepted {
+			want = append(want, c)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want the %d accepted calls", len(lines), len(want))
+	}
+	for i, l := range lines {
+		c := want[i]
+		if l.Seq != c.Seq || l.Reference != c.Reference || l.AccountID != c.AccountID || l.AmountMinor != c.AmountMinor ||
+			l.Currency != c.Currency || l.Beneficiary != c.Beneficiary || l.Result != ResultAccepted ||
+			l.RailReference == nil || *l.RailReference != c.RailReference || !l.ReceivedAt.Equal(c.ReceivedAt) {
+			t.Fatalf("line %d = %+v, want call %+v", i, l, c)
+		}
+	}
+	lines, err = a.ReadStatement(do(a.StatementRequest(want[1].Seq, 1)), want[1].Seq, 1)
+	if err != nil || len(lines) != 1 || lines[0].Seq != want[2].Seq {
+		t.Fatalf("page after %d: %+v %v, want call %d", want[1].Seq, lines, err, want[2].Seq)
 	}
 }
