@@ -201,8 +201,8 @@ func (s *Stack) finalPassPerAccount(ctx context.Context, r *Reconciler, settleAf
 		}
 	}
 	failed := func(err error) error {
-		if ctx.Err() != nil {
-			return wait() // says what it was waiting for
+		if ctx.Err() != nil { // say what it was waiting for
+			return fmt.Errorf("stack: waiting for the reconciler's final pass (accounts not covered yet: %s): %w", waiting, ctx.Err())
 		}
 		return fmt.Errorf("stack: the accounts' coverage: %w", err)
 	}
