@@ -23,6 +23,11 @@ import (
 // file is refused as invalid rather than read.
 const maxStatementFile = 32 << 20
 
+// maxFileNameLen bounds a statement file's name, in characters (a file system's
+// usual bound): a longer one, or one that is not text paydb can store, is an
+// invalid file.
+const maxFileNameLen = 255
+
 // The values of reconciler_statement_files_total{result}.
 const (
 	fileImported  = "imported"
@@ -226,6 +231,10 @@ func (r *reconciler) importFiles(ctx context.Context, ss *session, rep *PassRepo
 			continue
 		}
 		pf, err := parseStatementFile(b)
+		if p := lockapi.StorableTextProblem(name, maxFileNameLen); p != "" {
+			// Its row could not be written: every pass would fail on it.
+			err = fmt.Errorf("its name %s", p)
+		}
 		if err != nil {
 			r.files.invalid[name] = seen
 			count(fileInvalid)

@@ -590,7 +590,7 @@ func (ss *session) knownFiles(ctx context.Context, names []string) (map[string]k
 	// was never imported: it is read, and found invalid.
 	storable := make([]string, 0, len(names))
 	for _, n := range names {
-		if lockapi.StorableTextProblem(n, maxLineTextLen) == "" {
+		if lockapi.StorableTextProblem(n, maxFileNameLen) == "" {
 			storable = append(storable, n)
 		}
 	}
