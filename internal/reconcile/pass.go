@@ -115,10 +115,11 @@ func (r *reconciler) importPages(ctx context.Context, ss *session, cur cursor, r
 		if page.Next == nil {
 			readAt = &cur.passStart
 		}
-		imported, recorded, err := ss.importPage(ctx, page.Lines, last, readAt)
+		imported, recorded, repeated, err := ss.importPage(ctx, page.Lines, last, readAt)
 		if err != nil {
 			return err
 		}
+		r.noteRepeated(repeated, "")
 		rep.Imported += imported
 		rep.LastSeq = last
 		r.metrics.linesImported.Add(float64(imported))
@@ -304,6 +305,21 @@ func (r *reconciler) settleOne(ctx context.Context, ss *session, c candidate, re
 		r.logger.Log(ctx, level, why+"; the payout is left as it is", attrs...)
 	}
 	return nil
+}
+
+// noteRepeated logs the ACCEPTED lines left out of an import as already in the
+// copy (file: the statement file, "" for the statement read through rail-proxy).
+func (r *reconciler) noteRepeated(lines []lockapi.StatementLine, file string) {
+	for _, l := range lines {
+		attrs := []any{"event", "statement_line_repeated", "reference", l.Reference, "accountId", l.AccountID,
+			"railReference", l.RailReference, "amountMinor", l.AmountMinor, "currency", l.Currency}
+		if file != "" {
+			attrs = append(attrs, "file", file)
+		} else {
+			attrs = append(attrs, "seq", l.Seq)
+		}
+		r.logger.Info("statement line already copied under its account and rail reference: not copied again", attrs...)
+	}
 }
 
 // noteExceptions logs and counts exceptions newly recorded.

@@ -257,6 +257,7 @@ func (r *reconciler) importFiles(ctx context.Context, ss *session, rep *PassRepo
 		r.metrics.linesImported.Add(float64(res.imported))
 		r.metrics.statementSeq.Set(float64(rep.LastSeq))
 		r.noteExceptions(rep, res.recorded)
+		r.noteRepeated(res.repeated, name)
 		r.logger.Info("statement file imported", "event", "statement_file_imported", "file", name, "sha256", sum,
 			"statements", len(pf.stmts), "entries", len(pf.lines), "imported", res.imported, "lastSeq", res.lastSeq)
 	}

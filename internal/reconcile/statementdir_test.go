@@ -285,6 +285,9 @@ func TestOverlappingStatementsImportOnce(t *testing.T) {
 	if got, want := e.lines(t), []string{"1 p-1 acct-1 R-1", "2 p-1 acct-1 R-2"}; !slices.Equal(got, want) {
 		t.Fatalf("the copy is %q, want %q", got, want)
 	}
+	if n := len(e.logs.Events("statement_line_repeated")); n != 4 {
+		t.Fatalf("%d statement_line_repeated log lines, want 4 (R-1 three times in 2.xml, once in 3.xml)", n)
+	}
 }
 
 // A file whose import fails part-way — here paydb refuses the file's row, after

@@ -210,7 +210,7 @@ RETURNING kind, payout_id, seq, detail`
 // with the exceptions its lines prove on their own; readAt, when set, is stored
 // as the start of a complete read (the page was the last). It returns the lines
 // newly copied and the exceptions newly recorded.
-func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine, lastSeq int64, readAt *time.Time) (imported int64, recorded []exception, err error) {
+func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine, lastSeq int64, readAt *time.Time) (imported int64, recorded []exception, repeated []lockapi.StatementLine, err error) {
 	ctx, cancel := context.WithTimeout(ctx, DBTimeout)
 	defer cancel()
 	// A copy paydb forgets in a failover is imported again from the cursor it
@@ -219,37 +219,37 @@ func (ss *session) importPage(ctx context.Context, lines []lockapi.StatementLine
 	// still waits for the standby, whatever the role's default.
 	tx, err := ss.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + dbconn.RaiseSyncCommitSQL})
 	if err != nil {
-		return 0, nil, fmt.Errorf("import: begin: %w", err)
+		return 0, nil, nil, fmt.Errorf("import: begin: %w", err)
 	}
 	defer rollback(ctx, tx)
 	// An ACCEPTED line already in the copy under its account and rail
 	// reference (the rail showing a booking again) is not copied again.
-	lines, _, err = ss.withoutRepeats(ctx, tx, lines)
+	lines, repeated, err = ss.withoutRepeats(ctx, tx, lines)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	// A line whose text paydb cannot store and show as it is is not copied: it
 	// would fail the whole page's insert, every pass, for ever. It is recorded as
 	// an exception in this same transaction, and the import goes on past it.
 	lines, recorded, err = ss.setAsideUnstorable(ctx, tx, lines)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if imported, err = insertLines(ctx, tx, lines); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	proved, err := lineExceptions(ctx, tx, lines)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	recorded = append(recorded, proved...)
 	if _, err := tx.Exec(ctx, advanceCursorSQL, lastSeq, readAt); err != nil {
-		return 0, nil, fmt.Errorf("advance the cursor to %d: %w", lastSeq, err)
+		return 0, nil, nil, fmt.Errorf("advance the cursor to %d: %w", lastSeq, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, nil, fmt.Errorf("import: commit: %w", err)
+		return 0, nil, nil, fmt.Errorf("import: commit: %w", err)
 	}
-	return imported, recorded, nil
+	return imported, recorded, repeated, nil
 }
 
 // insertUnstorableSQL records a line that was not copied; payout_id is its
@@ -762,6 +762,7 @@ type fileImport struct {
 	imported int64
 	lastSeq  int64
 	recorded []exception
+	repeated []lockapi.StatementLine // ACCEPTED lines already in the copy, left out
 }
 
 // importFile imports a valid statement file in one transaction: its lines,
@@ -781,7 +782,7 @@ func (ss *session) importFile(ctx context.Context, name, sum string, pf parsedFi
 	if err := tx.QueryRow(ctx, nextSeqSQL).Scan(&next); err != nil {
 		return res, fmt.Errorf("number its lines: %w", err)
 	}
-	lines, _, err := ss.withoutRepeats(ctx, tx, pf.lines)
+	lines, repeated, err := ss.withoutRepeats(ctx, tx, pf.lines)
 	if err != nil {
 		return res, err
 	}
@@ -830,7 +831,7 @@ func (ss *session) importFile(ctx context.Context, name, sum string, pf parsedFi
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("commit: %w", err)
 	}
-	res.done = true
+	res.done, res.repeated = true, repeated
 	return res, nil
 }
 
