@@ -208,16 +208,30 @@ func (s *Stub) listable(c Call) bool {
 // representable is nil when every field of c fits the camt.053 entry it
 // becomes.
 func representable(c Call) error {
+	if err := accountRepresentable(c); err != nil {
+		return err
+	}
 	switch {
 	case utf8.RuneCountInString(c.Reference) > maxEndToEndID:
 		return fmt.Errorf("reference is over %d characters (EndToEndId)", maxEndToEndID)
-	case utf8.RuneCountInString(c.AccountID) > maxAccountID:
-		return fmt.Errorf("accountId is over %d characters (Acct)", maxAccountID)
 	case utf8.RuneCountInString(c.Beneficiary) > maxAccountID:
 		return fmt.Errorf("beneficiary is over %d characters (CdtrAcct)", maxAccountID)
 	}
 	if _, err := isomsg.FormatAmount(c.AmountMinor, c.Currency); err != nil {
 		return fmt.Errorf("amount: %w", err)
+	}
+	return nil
+}
+
+// accountRepresentable is nil when c's account and currency can head a Stmt:
+// an Acct of at most 34 characters, balances in a currency with an ISO 4217
+// exponent.
+func accountRepresentable(c Call) error {
+	if utf8.RuneCountInString(c.AccountID) > maxAccountID {
+		return fmt.Errorf("accountId is over %d characters (Acct)", maxAccountID)
+	}
+	if _, err := isomsg.FormatAmount(0, c.Currency); err != nil {
+		return fmt.Errorf("currency: %w", err)
 	}
 	return nil
 }

@@ -135,13 +135,10 @@ func openStatementFiles(dir string, loaded []Call, start time.Time, l *callLog, 
 		f.from = lastTo
 	}
 	for _, c := range loaded {
-		k := stmtKey{c.AccountID, c.Currency}
-		if _, ok := f.balances[k]; !ok {
-			f.balances[k] = 0
+		if c.Result == ResultAccepted && filed[c.RailReference] {
+			continue
 		}
-		if c.Result == ResultAccepted && !filed[c.RailReference] {
-			f.pending = append(f.pending, c)
-		}
+		f.add(c)
 	}
 	return f, nil
 }
@@ -184,13 +181,7 @@ func (f *statementFiles) write() error {
 		to = f.from // a clock stepped back: never a period that ends before it starts
 	}
 	for _, c := range taken {
-		k := stmtKey{c.AccountID, c.Currency}
-		if _, ok := f.balances[k]; !ok {
-			f.balances[k] = 0
-		}
-		if c.Result == ResultAccepted {
-			f.pending = append(f.pending, c)
-		}
+		f.add(c)
 	}
 	stmts, closing, entries := f.statements(to)
 	name := statementName(f.next, to)
@@ -225,8 +216,7 @@ func (f *statementFiles) write() error {
 }
 
 // statements builds the next file's statements: one per account ever seen,
-// sorted, with this period's entries (calls that cannot be expressed in
-// camt.053 are logged and left out), opening at the last file's closing
+// sorted, with this period's entries, opening at the last file's closing
 // balance. With no account seen yet it is the stub's own empty statement, so
 // every period still has its file.
 func (f *statementFiles) statements(to time.Time) (stmts []isomsg.Statement, closing map[stmtKey]int64, entries int) {
@@ -245,9 +235,6 @@ func (f *statementFiles) statements(to time.Time) (stmts []isomsg.Statement, clo
 		st := isomsg.Statement{ID: fmt.Sprintf("RS-%0*d-%d", statementDigits, f.next, i+1), Account: k.account,
 			Currency: k.currency, From: &from, To: &to, OpeningMinor: f.balances[k], ClosingMinor: f.balances[k]}
 		for _, c := range byKey[k] {
-			if representable(c) != nil {
-				continue
-			}
 			st.Entries = append(st.Entries, entryOf(c))
 			st.ClosingMinor -= c.AmountMinor
 			entries++
@@ -256,6 +243,31 @@ func (f *statementFiles) statements(to time.Time) (stmts []isomsg.Statement, clo
 		stmts = append(stmts, st)
 	}
 	return stmts, closing, entries
+}
+
+// add takes one call into the files: its account gets a statement from now on,
+// and an accepted call is pending until a file lists it. A call that cannot be
+// expressed in camt.053 (docs/contracts/rail-stub.md) is logged once, here, and
+// left out — with its account too when that is what does not fit, so that one
+// call never makes every later file invalid.
+func (f *statementFiles) add(c Call) {
+	if err := representable(c); err != nil {
+		f.logger.Error("a call cannot be listed in a camt.053 statement file", "event", "statement_call_skipped",
+			"seq", c.Seq, "reference", c.Reference, "accountId", c.AccountID, "error", err.Error())
+		if accountRepresentable(c) != nil {
+			return
+		}
+	} else if c.Result == ResultAccepted {
+		f.pending = append(f.pending, c)
+	}
+	if k := (stmtKey{c.AccountID, c.Currency}); !f.hasKey(k) {
+		f.balances[k] = 0
+	}
+}
+
+func (f *statementFiles) hasKey(k stmtKey) bool {
+	_, ok := f.balances[k]
+	return ok
 }
 
 // errDirSync is a file renamed into place whose directory could not be synced.

@@ -365,3 +365,42 @@ func TestStatementFilesCarryOnAfterARestart(t *testing.T) {
 	}
 	checkStatementFiles(t, got, cs)
 }
+
+// A call the JSON route took but camt.053 cannot hold (a reference over 35
+// characters, an account or beneficiary over 34) is logged and left out; the
+// files stay valid and list every other call, and an account too long for a
+// statement gets none.
+func TestStatementFilesLeaveOutCallsCamt053CannotHold(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := startFileStub(t, dir, nil)
+	long := strings.Repeat("x", 40)
+	ok, longAccount, longRef, longBenef := payment("p-ok"), payment("p-acct"), payment("p-"+long), payment("p-benef")
+	longAccount.AccountID, longBenef.Beneficiary = long, long
+	for _, p := range []PaymentRequest{ok, longAccount, longRef, longBenef} {
+		if r := pay(t, ts.testStub, p); r.status != http.StatusOK {
+			t.Fatalf("pay %s: %d %s", p.Reference, r.status, r.body)
+		}
+	}
+	if err := ts.statements.write(); err != nil {
+		t.Fatal(err)
+	}
+	cs := calls(t, ts.testStub)
+	ts.close(t)
+	got := statementFilesIn(t, dir)
+	if len(got) != 2 {
+		t.Fatalf("%d files, want 2", len(got))
+	}
+	for _, f := range got {
+		if len(f.stmts) != 1 || f.stmts[0].Account != "acct-7" {
+			t.Fatalf("%s: statements %+v, want acct-7's only", f.name, f.stmts)
+		}
+	}
+	if e := got[0].stmts[0].Entries; len(e) != 1 || e[0].EndToEndID != "p-ok" {
+		t.Fatalf("entries %+v, want p-ok's only", e)
+	}
+	checkStatementFiles(t, got, cs[:1])
+	if ev := ts.logs.events(t, "statement_call_skipped"); len(ev) != 3 || ev[0]["level"] != "ERROR" {
+		t.Fatalf("statement_call_skipped events = %v, want one per call left out", ev)
+	}
+}
