@@ -1,24 +1,10 @@
 // Command rail-proxy is fence point (c): the only process permitted to call the
 // payment rail (docs/contracts/rail-proxy.md). Subcommands: serve (default), migrate.
+// It speaks the built-in adapter RAIL_PROTOCOL names (stub or iso20022); a rail
+// of another language gets a binary of its own (lock.dev/rail/gate,
+// docs/integrating-your-rail.md).
 package main
 
-import (
-	"context"
-	"os"
+import "lock.dev/rail/gate"
 
-	"lock.dev/internal/railproxy"
-	"lock.dev/internal/service"
-)
-
-func main() {
-	service.Main(railproxy.ParseConfig, service.Commands[railproxy.Config]{
-		"serve": func(ctx context.Context, cfg railproxy.Config) error {
-			applyMemoryLimit(os.Getenv)
-			if err := startPprof(os.Getenv(pprofAddrEnv)); err != nil {
-				return err
-			}
-			return railproxy.Run(ctx, cfg)
-		},
-		"migrate": railproxy.Migrate,
-	})
-}
+func main() { gate.Main(nil) }

@@ -39,7 +39,7 @@ func TestBinary(t *testing.T) {
 	cmd := testkit.MainCommand(runMainEnv, nil, "--help")
 	cmd.Stdout = &out
 	if err := cmd.Run(); testkit.ExitCode(err) != 0 || !strings.Contains(out.String(), "RAIL_PROXY_INTERRUPTED_AFTER") ||
-		!strings.Contains(out.String(), "RAIL_READ_TIMEOUT") {
+		!strings.Contains(out.String(), "RAIL_READ_TIMEOUT") || !strings.Contains(out.String(), "RAIL_PROTOCOL") {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	for _, c := range []struct {
@@ -49,6 +49,8 @@ func TestBinary(t *testing.T) {
 		{[]string{"RAIL_PROXY_INTERRUPTED_AFTER=5s"}, nil},
 		{nil, []string{"--rail-read-timeout=never"}},
 		{nil, []string{"frobnicate"}},
+		// A language no adapter speaks.
+		{[]string{"RAIL_PROTOCOL=acme"}, nil},
 		// A bad URL is a bad setting, and the message never shows its password.
 		{[]string{"RAIL_BASE_URL=http://rail-user:" + secret + "@127.0.0.1:1/?x=1"}, nil},
 		{[]string{"PAYDB_URL=postgres://postgres:" + secret + "@[::1"}, nil},

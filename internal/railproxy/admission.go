@@ -184,8 +184,7 @@ func (a *admitter) submit(ctx context.Context, sub Submission, start time.Time) 
 	// been presented, and the janitor resolves it TIMEOUT — never resubmits it.
 
 	// Step 4: forward exactly once. Only now is a connection to the rail opened.
-	call := a.rail.Pay(ctx, railPayment{Reference: sub.PayoutID, AccountID: sub.AccountID,
-		AmountMinor: sub.AmountMinor, Currency: sub.Currency, Beneficiary: sub.Beneficiary})
+	call := a.rail.Pay(ctx, sub.payment(adm.SubmissionID))
 	a.metrics.callSeconds.Observe(call.Elapsed.Seconds())
 	if call.StaleConn {
 		a.metrics.reusedConnFailures.Inc()
@@ -247,7 +246,14 @@ func (a *admitter) alreadyResolved(sub Submission, id int64, res resolution, row
 func (a *admitter) logResolved(sub Submission, id int64, call RailCall, res resolution, wrote bool, took time.Duration) {
 	switch res.outcome {
 	case lockapi.OutcomeTimeout:
-		a.logger.Error("rail outcome ambiguous: do not resubmit, reconcile from the rail's records", "event", "rail_ambiguous",
+		// A rail that says it has the payment and has not decided is doing what
+		// most banks do at first: expected, so WARN; the statement settles it.
+		// Every other cause is something that went wrong: ERROR.
+		level, msg := slog.LevelError, "rail outcome ambiguous: do not resubmit, reconcile from the rail's records"
+		if call.Cause == CausePending {
+			level, msg = slog.LevelWarn, "rail has the payment and has not decided: do not resubmit, the rail's statement settles it"
+		}
+		a.logger.Log(context.Background(), level, msg, "event", "rail_ambiguous",
 			"payoutId", sub.PayoutID, "accountId", sub.AccountID, "presentedToken", sub.Token, "ownerId", sub.OwnerID,
 			"submissionId", id, "elapsedMs", call.Elapsed.Milliseconds(), "cause", call.Cause,
 			"error", call.Err.Error())

@@ -18,6 +18,9 @@ import (
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
+	"lock.dev/rail"
+	"lock.dev/rail/iso20022"
+	"lock.dev/rail/stubjson"
 )
 
 // Fixed bounds of docs/contracts/rail-proxy.md. They are not settings: the interrupted-intent
@@ -67,6 +70,14 @@ type Config struct {
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	FencingEnabled     bool          // RAIL_PROXY_FENCING_ENABLED
 	InterruptedAfter   time.Duration // RAIL_PROXY_INTERRUPTED_AFTER
+	// RailProtocol is RAIL_PROTOCOL: the language the rail speaks, one of the
+	// built-in adapters (ProtocolStub, ProtocolISO20022); "" is the default,
+	// stub. With Adapter set it must be "" or Adapter's own name.
+	RailProtocol string
+	// Adapter is a hook for a rail-proxy binary built around its own rail's
+	// adapter (lock.dev/rail/gate): when set, it speaks to the rail instead of
+	// the built-in adapter RAIL_PROTOCOL names.
+	Adapter rail.Adapter
 	// BooksCheck is RAIL_PROXY_BOOKS_CHECK: a submission is admitted only when
 	// payment-resource's payout row (same paydb) holds it claimed by this token and
 	// owner, with the same account, amount, currency and beneficiary
@@ -124,6 +135,7 @@ func DefaultConfig() Config {
 		LogLevel:           "info",
 		PaydbMaxConns:      20,
 		RailBaseURL:        "http://127.0.0.1:8084",
+		RailProtocol:       ProtocolStub,
 		RailConnectTimeout: time.Second,
 		RailReadTimeout:    2 * time.Second,
 		FencingEnabled:     true,
@@ -136,6 +148,52 @@ func DefaultConfig() Config {
 		Submitters:          identity.DefaultIDs(identity.NameExecutor),
 		Readers:             identity.DefaultIDs(identity.NameExecutor, identity.NameReconciler, identity.NameOps),
 	}
+}
+
+// The built-in adapters' names, RAIL_PROTOCOL's values.
+const (
+	ProtocolStub     = "stub"     // rail-stub's JSON (lock.dev/rail/stubjson)
+	ProtocolISO20022 = "iso20022" // pain.001, pain.002, camt.053 (lock.dev/rail/iso20022)
+)
+
+// builtinAdapter is the built-in adapter named protocol ("" : the default);
+// nil when there is none of that name.
+func builtinAdapter(protocol string) rail.Adapter {
+	switch protocol {
+	case "", ProtocolStub:
+		return stubjson.New()
+	case ProtocolISO20022:
+		return iso20022.New()
+	}
+	return nil
+}
+
+// adapter is the adapter the gate speaks to the rail with: the hook's, else
+// RAIL_PROTOCOL's (Validate refuses a name that is neither).
+func (c Config) adapter() rail.Adapter {
+	if c.Adapter != nil {
+		return c.Adapter
+	}
+	return builtinAdapter(c.RailProtocol)
+}
+
+// checkProtocol refuses a RAIL_PROTOCOL that names no adapter, or, with the
+// Adapter hook set, another adapter than the hook's.
+func (c Config) checkProtocol() error {
+	if c.Adapter != nil {
+		own := c.Adapter.Protocol()
+		if own == "" {
+			return serve.Invalid("RAIL_PROTOCOL", "the rail adapter this rail-proxy is built with has no name (its Protocol() is empty)")
+		}
+		if c.RailProtocol != "" && c.RailProtocol != own {
+			return serve.Invalid("RAIL_PROTOCOL", "this rail-proxy is built with the rail adapter %q; RAIL_PROTOCOL must be empty or %q, got %q", own, own, c.RailProtocol)
+		}
+		return nil
+	}
+	if builtinAdapter(c.RailProtocol) == nil {
+		return serve.Invalid("RAIL_PROTOCOL", "must be %s or %s, got %q", ProtocolStub, ProtocolISO20022, c.RailProtocol)
+	}
+	return nil
 }
 
 // InFlightBound is the longest a submission can hold an unresolved row while its
@@ -154,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	// The URL may carry the rail's credentials: the message shows it redacted.
 	if err := service.CheckBaseURL("RAIL_BASE_URL", c.RailBaseURL); err != nil {
+		return err
+	}
+	if err := c.checkProtocol(); err != nil {
 		return err
 	}
 	if err := c.RailTLS.check(c.Identity, c.RailBaseURL); err != nil {
@@ -249,8 +310,28 @@ func ParseConfig(args []string, getenv func(string) string) (cmd string, cfg Con
 
 // ParseConfigTo is ParseConfig with the usage written to usage.
 func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (cmd string, cfg Config, err error) {
+	return parseConfig(args, getenv, usage, nil)
+}
+
+// ParseConfigWith is ParseConfig for a rail-proxy built around its own
+// adapter a (lock.dev/rail/gate): Config.Adapter is a, and RAIL_PROTOCOL
+// defaults to a's name (any other value is refused).
+func ParseConfigWith(a rail.Adapter) func(args []string, getenv func(string) string) (string, Config, error) {
+	return func(args []string, getenv func(string) string) (string, Config, error) {
+		return parseConfig(args, getenv, nil, a)
+	}
+}
+
+func parseConfig(args []string, getenv func(string) string, usage io.Writer, a rail.Adapter) (cmd string, cfg Config, err error) {
 	cfg = DefaultConfig()
+	if a != nil {
+		cfg.Adapter, cfg.RailProtocol = a, a.Protocol()
+	}
 	def := cfg
+	protocols := "the rail's language: " + ProtocolStub + " (rail-stub's JSON) or " + ProtocolISO20022 + " (pain.001, pain.002, camt.053); docs/integrating-your-rail.md"
+	if a != nil {
+		protocols = "the rail's language: this rail-proxy speaks " + a.Protocol() + " only; docs/integrating-your-rail.md"
+	}
 	c := service.Command{Name: "rail-proxy", Synopsis: "rail-proxy [serve|migrate] [flags]", Commands: []string{"serve", "migrate"}}
 	cmd, err = c.Parse(args, getenv, usage, func(s *serve.Settings) {
 		s.String(&cfg.Addr, "RAIL_PROXY_ADDR", def.Addr, "address to listen on")
@@ -260,6 +341,7 @@ func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (
 		s.String(&cfg.PaydbURL, "PAYDB_URL", def.PaydbURL, "paydb connection URL; empty uses the libpq PG* environment")
 		s.Int(&cfg.PaydbMaxConns, "PAYDB_MAX_CONNS", def.PaydbMaxConns, "paydb pool size (a submission waiting longer than its 2s admission bound for a connection answers 503)")
 		s.String(&cfg.RailBaseURL, "RAIL_BASE_URL", def.RailBaseURL, "base URL of the payment rail")
+		s.String(&cfg.RailProtocol, "RAIL_PROTOCOL", def.RailProtocol, protocols)
 		bindRailTLS(s, &cfg.RailTLS)
 		s.Duration(&cfg.RailConnectTimeout, "RAIL_CONNECT_TIMEOUT", def.RailConnectTimeout, "bound on opening a connection to the rail")
 		s.Duration(&cfg.RailReadTimeout, "RAIL_READ_TIMEOUT", def.RailReadTimeout, "bound from the request written to the whole reply read")

@@ -11,6 +11,7 @@ import (
 	"lock.dev/internal/identity"
 	"lock.dev/internal/jsonbody"
 	"lock.dev/lockapi"
+	"lock.dev/rail"
 )
 
 // ParseSubmission binds a submission strictly: the three fencing headers, then
@@ -52,8 +53,19 @@ func BindSubmission(r *http.Request) (sub Submission, status int, errs []lockapi
 	return sub, 0, nil
 }
 
+// payment is s as the rail is asked to pay it, under the admitted attempt's
+// submission id (0 before the admission).
+func (s Submission) payment(submissionID int64) rail.Payment {
+	return rail.Payment{SubmissionID: submissionID, PayoutID: s.PayoutID, AccountID: s.AccountID,
+		AmountMinor: s.AmountMinor, Currency: s.Currency, Beneficiary: s.Beneficiary}
+}
+
 // handleSubmit is POST /v1/rail/submissions. A malformed request writes nothing and
-// calls nothing: validation is complete before the admission begins. So is the
+// calls nothing: validation is complete before the admission begins — the
+// rail's language included: a payment the adapter could never present (a field
+// too long for its message, a currency it cannot express) is 400
+// INVALID_REQUEST naming the fields, before any row, whether the submission
+// would then be admitted alone or in a group. So is the
 // grant check (docs/contracts/signed-grants.md): a token lock-server did not grant
 // for this account to this owner never reaches the gate's decision — no row, no
 // mark moved, no rail. Every row the submission writes names the verified
@@ -63,6 +75,10 @@ func handleSubmit(a *admitter, gate *grant.Gate, guard *identity.Guard) http.Han
 		sub, status, errs := BindSubmission(r)
 		if status != 0 {
 			lockapi.WriteInvalid(w, status, errs)
+			return
+		}
+		if errs := a.rail.adapter.Refuse(sub.payment(0)); len(errs) > 0 {
+			lockapi.WriteInvalid(w, http.StatusBadRequest, errs)
 			return
 		}
 		sub.SubmitterIdentity = guard.Caller(r)

@@ -63,8 +63,17 @@ type stub struct {
 
 func startStub(t testing.TB, latencyMs int) *stub {
 	t.Helper()
+	return startStubSpeaking(t, latencyMs, railstub.ProtocolStub)
+}
+
+// startStubSpeaking is startStub taking payments in protocol (RAIL_STUB_PROTOCOL).
+func startStubSpeaking(t testing.TB, latencyMs int, protocol string) *stub {
+	t.Helper()
 	seed := int64(1)
-	s, err := railstub.New(railstub.Config{Addr: ":0", LogLevel: "error", LatencyMs: latencyMs, Seed: &seed, LogOutput: io.Discard})
+	cfg := railstub.DefaultConfig()
+	cfg.Addr, cfg.LogLevel, cfg.LatencyMs, cfg.Seed, cfg.LogOutput = ":0", "error", latencyMs, &seed, io.Discard
+	cfg.Protocol = protocol
+	s, err := railstub.New(cfg)
 	if err != nil {
 		t.Fatalf("rail-stub: %v", err)
 	}

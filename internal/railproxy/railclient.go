@@ -2,9 +2,9 @@ package railproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,20 +21,26 @@ import (
 
 	"lock.dev/internal/service"
 	"lock.dev/lockapi"
+	"lock.dev/rail"
 )
 
 // This file is the rail call: railClient.Pay presents one payment to the rail,
 // once (step 4 of the admission, admission.go). The rest of it is what Pay is
 // made of — the payment hop on fasthttp and its one round trip — and the rail's
 // two GET endpoints (health, and the statement's transport), which move no money.
+//
+// What the rail's language says — the request's method, path, headers and body,
+// and what a reply means — is the adapter's (lock.dev/rail, RAIL_PROTOCOL); every
+// rule about when and how often the rail is called, and what an answer the gate
+// can record looks like, is this file's, whatever the adapter.
 
 // RailResult is what one call to the rail came to.
 type RailResult int
 
 // The four ways a rail call can end.
 const (
-	RailAccepted  RailResult = iota + 1 // 200 ACCEPTED: money moved
-	RailDeclined                        // 422 DECLINED: no money moved
+	RailAccepted  RailResult = iota + 1 // a well-formed accept (rail-stub: 200 ACCEPTED): money moved
+	RailDeclined                        // a well-formed decline (rail-stub: 422 DECLINED): no money moved
 	RailUnsent                          // nothing reached the rail's application: no connection was obtained, or its TLS handshake was refused (railtls.go)
 	RailAmbiguous                       // anything after a connection was obtained: the rail may have acted
 )
@@ -45,7 +51,14 @@ const (
 	CauseConnectionDropped = "connection_dropped"
 	CauseBadResponse       = "bad_response"
 	CauseInterrupted       = "interrupted"
+	// CausePending: the rail answered that it has the payment and has not
+	// decided (ISO 20022's ACCP, ACTC, RCVD, PDNG). The statement settles it.
+	CausePending = "pending"
 )
+
+// AmbiguousCauses are the values of rail_ambiguous's cause, a closed set
+// (docs/contracts/observability.md).
+var AmbiguousCauses = []string{CauseTimeout, CauseConnectionDropped, CauseBadResponse, CauseInterrupted, CausePending}
 
 // DeclineUnspecified is the decline_reason recorded when the rail declined
 // without saying why.
@@ -64,22 +77,6 @@ type RailCall struct {
 	// idle. It is still ambiguous (the rail may have read the request); it is
 	// counted so an operator can see it and tune RAIL_IDLE_CONN_TIMEOUT.
 	StaleConn bool
-}
-
-// railPayment is the rail's request body (docs/contracts/rail-stub.md): reference = payoutId.
-type railPayment struct {
-	Reference   string `json:"reference"`
-	AccountID   string `json:"accountId"`
-	AmountMinor int64  `json:"amountMinor"`
-	Currency    string `json:"currency"`
-	Beneficiary string `json:"beneficiary"`
-}
-
-// railReply covers both the accept and the decline body.
-type railReply struct {
-	Status        string  `json:"status"`
-	RailReference string  `json:"railReference"`
-	Reason        *string `json:"reason"`
 }
 
 // maxRailReply bounds how much of a reply is read; a longer one is not a
@@ -132,8 +129,11 @@ var (
 // The health probe and the statement reads (GET, no money moves) stay on
 // net/http (newRailTransport).
 type railClient struct {
-	paymentsURL    string
-	healthURL      string
+	// base is RAIL_BASE_URL without a trailing slash: every request's path,
+	// as the adapter builds it, is appended to it.
+	base string
+	// adapter speaks the rail's language (RAIL_PROTOCOL, or Config.Adapter).
+	adapter        rail.Adapter
 	hop            *fasthttp.HostClient // the payment hop; nil in a zero railClient
 	health         *http.Client
 	connectTimeout time.Duration
@@ -155,19 +155,19 @@ func newRailClientFor(cfg Config, sv *service.Service) (*railClient, error) {
 	return newRailClientTLS(cfg, tc), nil
 }
 
-// newRailClient builds the client from rail-proxy's settings: RAIL_BASE_URL, the
-// connect and read bounds, RAIL_IDLE_CONN_TIMEOUT, and the RailDial test hook.
+// newRailClient builds the client from rail-proxy's settings: RAIL_BASE_URL,
+// RAIL_PROTOCOL (or Config.Adapter), the connect and read bounds,
+// RAIL_IDLE_CONN_TIMEOUT, and the RailDial test hook.
 func newRailClient(cfg Config) *railClient { return newRailClientTLS(cfg, nil) }
 
 // newRailClientTLS is newRailClient speaking TLS with tc to the rail (nil: as
 // RAIL_BASE_URL's scheme says, an https host verified by its name).
 func newRailClientTLS(cfg Config, tc *tls.Config) *railClient {
-	base := strings.TrimSuffix(cfg.RailBaseURL, "/")
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &railClient{
-		paymentsURL: base + "/rail/v1/payments",
-		healthURL:   base + "/rail/v1/health",
-		hop:         newRailHop(cfg, tc),
+		base:    strings.TrimSuffix(cfg.RailBaseURL, "/"),
+		adapter: cfg.adapter(),
+		hop:     newRailHop(cfg, tc),
 		health: &http.Client{Transport: newRailTransport(HealthTimeout, cfg.RailIdleConnTimeout, 2, cfg.RailDial, tc),
 			CheckRedirect: noRedirect, Timeout: HealthTimeout},
 		connectTimeout: cfg.RailConnectTimeout,
@@ -178,6 +178,12 @@ func newRailClientTLS(cfg Config, tc *tls.Config) *railClient {
 }
 
 // Pay presents one payment to the rail, once, and says what became of it.
+//
+// The adapter builds the request and reads the reply; Pay keeps the rest. Only
+// an Accepted with a reference paydb can store and show as it is (and a Declined
+// whose reason, if any, is such text) resolves the call; an Accepted without
+// one, or anything the adapter did not understand, is ambiguous, cause
+// bad_response; Pending is ambiguous, cause pending.
 //
 // UNSENT is decided by whether a connection was obtained, never by an error's
 // text: no connection means no byte of the request left the proxy. Once a
@@ -197,25 +203,32 @@ func newRailClientTLS(cfg Config, tc *tls.Config) *railClient {
 // admitter passes a context that is never done — the caller's cancellation never
 // aborts a rail call (Submit) — and for such a context Pay asks it nothing but
 // Done (TestPayHonoursItsContext).
-func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
+func (c *railClient) Pay(ctx context.Context, p rail.Payment) RailCall {
 	start := time.Now()
 	done := func(rc RailCall) RailCall {
 		rc.Elapsed = time.Since(start)
 		return rc
 	}
-	body, err := json.Marshal(p)
+	if c.adapter == nil {
+		return done(RailCall{Result: RailUnsent, Err: errors.New("rail client not configured")})
+	}
+	pr, err := c.adapter.PaymentRequest(p)
 	if err != nil {
 		// Nothing was attempted.
-		return done(RailCall{Result: RailUnsent, Err: fmt.Errorf("encoding rail payment: %w", err)})
+		return done(RailCall{Result: RailUnsent, Err: fmt.Errorf("building the rail payment: %w", err)})
 	}
 	// The request is released once written and the response taken once the
 	// reply has begun (roundTrip): a call waiting for the rail holds neither.
 	req := fasthttp.AcquireRequest()
-	req.SetRequestURI(c.paymentsURL)
-	req.Header.SetMethod(http.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json")
-	req.SetBodyRaw(body)
+	setRequestURI(req, c.base, pr.Path)
+	req.Header.SetMethod(pr.Method)
+	if pr.ContentType != "" {
+		req.Header.SetContentType(pr.ContentType)
+	}
+	if pr.Accept != "" {
+		req.Header.Set("Accept", pr.Accept)
+	}
+	req.SetBodyRaw(pr.Body)
 
 	resp, st, err := c.roundTrip(ctx, req, start)
 	if resp != nil {
@@ -240,43 +253,80 @@ func (c *railClient) Pay(ctx context.Context, p railPayment) RailCall {
 	}
 
 	status := resp.StatusCode()
-	var r railReply
 	bad := func(why string) RailCall {
 		return done(RailCall{Result: RailAmbiguous, Cause: CauseBadResponse,
 			Err: fmt.Errorf("rail answered %d: %s", status, why)})
 	}
-	if err := json.Unmarshal(resp.Body(), &r); err != nil {
-		return bad("reply is not JSON")
-	}
-	switch {
-	case status == http.StatusOK && r.Status == "ACCEPTED" && r.RailReference != "":
+	// The reply's body is lent to the adapter for the call only: what it keeps
+	// it copies (its strings do), and the response goes back to its pool.
+	ans := c.adapter.ReadAnswer(p, rail.Reply{Status: status, ContentType: contentType(resp.Header.ContentType()), Body: resp.Body()})
+	switch ans.Verdict {
+	case rail.Accepted:
 		// An accept whose reference paydb cannot store and show as it is would
 		// be answered 200 and then recorded as something else (or not at all):
-		// it is no well-formed accept (docs/contracts/rail-proxy.md).
-		if p := lockapi.StorableTextProblem(r.RailReference, lockapi.MaxRailReferenceLen); p != "" {
+		// it is no well-formed accept (docs/contracts/rail-proxy.md), whatever
+		// the adapter made of it.
+		if ans.RailReference == "" {
+			return bad("accepted without a rail reference")
+		}
+		if p := lockapi.StorableTextProblem(ans.RailReference, lockapi.MaxRailReferenceLen); p != "" {
 			return bad("railReference " + p)
 		}
-		return done(RailCall{Result: RailAccepted, RailReference: r.RailReference})
-	case status == http.StatusUnprocessableEntity && r.Status == "DECLINED":
+		return done(RailCall{Result: RailAccepted, RailReference: ans.RailReference})
+	case rail.Declined:
 		// A decline is a decline with or without its reason; the row records
 		// that none was given rather than a NULL that reads like a lost one.
 		reason := DeclineUnspecified
-		if r.Reason != nil && *r.Reason != "" {
+		if ans.DeclineReason != "" {
 			// The same for a decline: its reason is recorded and answered as
 			// given, or the decline is no well-formed one.
-			if p := lockapi.StorableTextProblem(*r.Reason, lockapi.MaxDeclineReasonLen); p != "" {
+			if p := lockapi.StorableTextProblem(ans.DeclineReason, lockapi.MaxDeclineReasonLen); p != "" {
 				return bad("reason " + p)
 			}
-			reason = *r.Reason
+			reason = ans.DeclineReason
 		}
 		return done(RailCall{Result: RailDeclined, DeclineReason: &reason})
-	case status == http.StatusOK:
-		return bad("not a well-formed accept")
-	case status == http.StatusUnprocessableEntity:
-		return bad("not a well-formed decline")
+	case rail.Pending:
+		// The rail has the payment and has not decided: it may yet move money.
+		return done(RailCall{Result: RailAmbiguous, Cause: CausePending,
+			Err: fmt.Errorf("rail answered %d: pending, not decided: %s", status, whyOr(ans.Why, "no reason given"))})
 	default:
-		return bad("unexpected status")
+		return bad(whyOr(ans.Why, "not understood by the "+c.adapter.Protocol()+" adapter"))
 	}
+}
+
+func whyOr(why, otherwise string) string {
+	if why == "" {
+		return otherwise
+	}
+	return why
+}
+
+// setRequestURI sets req's URI to base followed by path without building the
+// string: the bytes are copied into req's own buffer.
+func setRequestURI(req *fasthttp.Request, base, path string) {
+	var buf [256]byte
+	req.SetRequestURIBytes(append(append(buf[:0], base...), path...))
+}
+
+// contentType is a reply's Content-Type as a string, without allocating one for
+// the types rails answer with.
+func contentType(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return ""
+	case bytes.Equal(b, []byte("application/json")):
+		return "application/json"
+	case bytes.Equal(b, []byte("application/xml")):
+		return "application/xml"
+	case bytes.Equal(b, []byte("application/json; charset=utf-8")):
+		return "application/json; charset=utf-8"
+	case bytes.Equal(b, []byte("application/xml; charset=utf-8")):
+		return "application/xml; charset=utf-8"
+	case bytes.Equal(b, []byte("text/xml")):
+		return "text/xml"
+	}
+	return string(b)
 }
 
 // hopState is what a round trip came to, besides its error (which wraps
@@ -596,13 +646,16 @@ func newRailTransport(connectTimeout, idleTimeout time.Duration, idle int,
 	}
 }
 
-// Healthy is the railStub readiness check: GET {RAIL_BASE_URL}/rail/v1/health
-// within 1 s, DOWN on any failure. A GET here moves no money, so its transport is
-// a separate one.
+// Healthy is the railStub readiness check: the adapter's health request
+// (rail-stub: GET {RAIL_BASE_URL}/rail/v1/health) answered 2xx within 1 s, DOWN
+// on any failure. A GET here moves no money, so its transport is a separate one.
 func (c *railClient) Healthy(ctx context.Context) error {
+	if c.adapter == nil {
+		return errors.New("rail client not configured")
+	}
 	ctx, cancel := context.WithTimeout(ctx, HealthTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.healthURL, nil)
+	req, err := c.request(ctx, c.adapter.HealthRequest())
 	if err != nil {
 		return err
 	}
@@ -616,6 +669,25 @@ func (c *railClient) Healthy(ctx context.Context) error {
 		return fmt.Errorf("rail health: status %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// request is r as a net/http request to the rail, for its GET endpoints.
+func (c *railClient) request(ctx context.Context, r rail.Request) (*http.Request, error) {
+	var body io.Reader
+	if len(r.Body) > 0 {
+		body = bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, c.base+r.Path, body)
+	if err != nil {
+		return nil, err
+	}
+	if r.ContentType != "" {
+		req.Header.Set("Content-Type", r.ContentType)
+	}
+	if r.Accept != "" {
+		req.Header.Set("Accept", r.Accept)
+	}
+	return req, nil
 }
 
 func (c *railClient) close() {

@@ -71,7 +71,7 @@ func (r *rawRail) connCount() int {
 func TestRailHop(t *testing.T) {
 	t.Parallel()
 	pay := func(c *railClient, ref string) RailCall {
-		return c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
+		return c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment())
 	}
 
 	t.Run("a reused connection the rail closes is one request, ambiguous, counted stale", func(t *testing.T) {
@@ -205,7 +205,7 @@ func TestRailHop(t *testing.T) {
 // never reaches, so only the context can end these calls.
 func TestPayHonoursItsContext(t *testing.T) {
 	t.Parallel()
-	payment := railPayment{Reference: "c-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}
+	payment := railPayment{Reference: "c-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment()
 	// holdingRaw is a rail that reads each request, says so on got, and answers
 	// nothing until the test ends.
 	holdingRaw := func(t *testing.T) (*railClient, *rawRail, <-chan struct{}) {

@@ -59,7 +59,7 @@ func TestRailWordsMustBeStorableText(t *testing.T) {
 			_, _ = io.WriteString(w, body)
 		}))
 		c := newRailClient(hopConfig(rail.URL))
-		rc := c.Pay(context.Background(), railPayment{Reference: "p-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
+		rc := c.Pay(context.Background(), railPayment{Reference: "p-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment())
 		c.close()
 		rail.Close()
 		if rc.Result != tc.result {

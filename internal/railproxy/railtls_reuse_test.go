@@ -87,7 +87,7 @@ func TestHandshakeAlertOnAReusedConnectionStaysAmbiguous(t *testing.T) {
 			c := newRailClient(cfg)
 			defer c.close()
 			pay := func(ref string) RailCall {
-				return c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
+				return c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment())
 			}
 			if tc.alertOn == 2 {
 				if rc := pay("a-1"); rc.Result != RailAccepted {

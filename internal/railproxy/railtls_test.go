@@ -321,7 +321,7 @@ func TestRailTLSKeepsConnectionsAndResumesSessions(t *testing.T) {
 	defer c.close()
 	pay := func(ref string) {
 		t.Helper()
-		if rc := c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}); rc.Result != RailAccepted {
+		if rc := c.Pay(context.Background(), railPayment{Reference: ref, AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment()); rc.Result != RailAccepted {
 			t.Fatalf("%s: %+v", ref, rc)
 		}
 	}
@@ -355,7 +355,7 @@ func TestRealRailOverOrdinaryTLS(t *testing.T) {
 	}
 	c := newRailClientTLS(hopConfig(rail.URL), tc)
 	defer c.close()
-	if rc := c.Pay(context.Background(), railPayment{Reference: "r-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}); rc.Result != RailAccepted {
+	if rc := c.Pay(context.Background(), railPayment{Reference: "r-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment()); rc.Result != RailAccepted {
 		t.Fatalf("to a TLS 1.2 rail named localhost: %+v", rc)
 	}
 
@@ -366,7 +366,7 @@ func TestRealRailOverOrdinaryTLS(t *testing.T) {
 	}
 	c2 := newRailClientTLS(hopConfig(rail.URL), tc)
 	defer c2.close()
-	rc := c2.Pay(context.Background(), railPayment{Reference: "r-2", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
+	rc := c2.Pay(context.Background(), railPayment{Reference: "r-2", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"}.payment())
 	var host x509.HostnameError
 	if rc.Result != RailUnsent || !errors.As(rc.Err, &host) {
 		t.Fatalf("to a rail not named rail.example: %+v, want UNSENT on the host name", rc)

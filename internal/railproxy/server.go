@@ -95,15 +95,16 @@ func Run(ctx context.Context, cfg Config) error {
 			jwg.Wait()
 		}()
 
-		// Readiness: db, and railStub, a GET of the rail's health within 1 s. A proxy
-		// that cannot reach the rail is taken out of service — it fails closed —
-		// rather than admitting submissions it cannot deliver.
+		// Readiness: db, and railStub (the name stays whatever the rail), the
+		// adapter's health GET answered 2xx within 1 s. A proxy that cannot
+		// reach the rail is taken out of service — it fails closed — rather than
+		// admitting submissions it cannot deliver.
 		sv.Health.Add("railStub", rail.Healthy)
 		mux := http.NewServeMux()
 		routes(mux, a, gate, store, sv.Guard(guardedRoutes...), rs, logger)
 		serve.Mount(mux, sv.Health, reg)
 		err = sv.Serve(ctx, serve.Handler(mux, logger), fastserve.ServeFast, func(string) {
-			logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "booksCheck", cfg.BooksCheck, "railBaseURL", service.RedactURL(cfg.RailBaseURL),
+			logger.Info("rail-proxy starting", "fencingEnabled", cfg.FencingEnabled, "booksCheck", cfg.BooksCheck, "railBaseURL", service.RedactURL(cfg.RailBaseURL), "railProtocol", rail.adapter.Protocol(),
 				"railConnectTimeout", cfg.RailConnectTimeout.String(), "railReadTimeout", cfg.RailReadTimeout.String(),
 				"interruptedAfter", cfg.InterruptedAfter.String(), "railIdleConnTimeout", cfg.RailIdleConnTimeout.String(),
 				"paydbMaxConns", cfg.PaydbMaxConns, "grantWidRequired", cfg.GrantWidRequired,

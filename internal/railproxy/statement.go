@@ -2,7 +2,6 @@ package railproxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,12 +11,12 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lock.dev/lockapi"
+	"lock.dev/rail"
 )
 
 // The statement (docs/contracts/reconciliation.md): what the rail says it was presented, read
@@ -55,10 +54,11 @@ func newStatementMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
-// statementReader reads the rail's call log (rail-stub: GET /rail/v1/calls) and
-// maps it to statement lines, field for field, the beneficiary included.
+// statementReader reads a page of the rail's statement through the adapter
+// (rail-stub: its call log, GET /rail/v1/calls; ISO 20022: camt.053), which maps
+// it to statement lines, field for field, the beneficiary included.
 type statementReader struct {
-	callsURL    string
+	rail        *railClient
 	http        *http.Client
 	readTimeout time.Duration
 	reads       *prometheus.CounterVec
@@ -67,13 +67,12 @@ type statementReader struct {
 
 // handleStatement is GET /v1/rail/statement. Its rail client is built from the
 // payment client's settings but shares nothing with it.
-func handleStatement(rail *railClient, reads *prometheus.CounterVec, logger *slog.Logger) http.HandlerFunc {
-	base := strings.TrimSuffix(rail.healthURL, "/rail/v1/health")
+func handleStatement(rc *railClient, reads *prometheus.CounterVec, logger *slog.Logger) http.HandlerFunc {
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	s := &statementReader{
-		callsURL:    base + "/rail/v1/calls",
-		http:        &http.Client{Transport: newRailTransport(rail.connectTimeout, DefaultRailIdleConnTimeout, 2, nil, rail.tls), CheckRedirect: noRedirect},
-		readTimeout: rail.readTimeout,
+		rail:        rc,
+		http:        &http.Client{Transport: newRailTransport(rc.connectTimeout, DefaultRailIdleConnTimeout, 2, nil, rc.tls), CheckRedirect: noRedirect},
+		readTimeout: rc.readTimeout,
 		reads:       reads,
 		logger:      logger,
 	}
@@ -101,20 +100,24 @@ func (s *statementReader) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // read fetches one page from the rail. A reply that is not a well-formed page —
-// seqs not strictly increasing from after, more lines than asked, a result other
-// than ACCEPTED or DECLINED, a call without its reference, account, currency or
-// beneficiary — is an error: a reconciler must never import a statement it had to
-// guess at. The text itself is passed on as the rail gave it; whether paydb can
-// store it is the reconciler's judgement (docs/contracts/reconciliation.md).
+// one the adapter does not read whole, a status other than 2xx, seqs not
+// strictly increasing from after, more lines than asked, a result other than
+// ACCEPTED or DECLINED, a line without its reference, account, currency or
+// beneficiary — is an error: a reconciler must never import a statement it had
+// to guess at. The gate checks all but the first itself, whatever the adapter.
+// The text itself is passed on as the rail gave it; whether paydb can store it
+// is the reconciler's judgement (docs/contracts/reconciliation.md).
 func (s *statementReader) read(ctx context.Context, after int64, limit int) (lockapi.Statement, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.readTimeout)
 	defer cancel()
-	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.callsURL+"?"+q.Encode(), nil)
+	a := s.rail.adapter
+	if a == nil {
+		return lockapi.Statement{}, errors.New("rail client not configured")
+	}
+	req, err := s.rail.request(ctx, a.StatementRequest(after, limit))
 	if err != nil {
 		return lockapi.Statement{}, err
 	}
-	req.Header.Set("Accept", "application/json")
 	resp, err := s.http.Do(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -130,31 +133,30 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 	if len(b) > maxStatementReply {
 		return lockapi.Statement{}, fmt.Errorf("the rail's reply exceeds %d bytes", maxStatementReply)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return lockapi.Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
 	}
-	var page struct {
-		Calls []lockapi.RailCall `json:"calls"`
+	lines, err := a.ReadStatement(rail.Reply{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}, after, limit)
+	if err != nil {
+		return lockapi.Statement{}, fmt.Errorf("the %s adapter: %w", a.Protocol(), err)
 	}
-	if err := json.Unmarshal(b, &page); err != nil || page.Calls == nil {
-		return lockapi.Statement{}, errors.New("the rail's reply is not a page of calls")
+	if len(lines) > limit {
+		return lockapi.Statement{}, fmt.Errorf("the rail returned %d lines, %d were asked for", len(lines), limit)
 	}
-	if len(page.Calls) > limit {
-		return lockapi.Statement{}, fmt.Errorf("the rail returned %d calls, %d were asked for", len(page.Calls), limit)
-	}
-	st := lockapi.Statement{Lines: make([]lockapi.StatementLine, 0, len(page.Calls))}
+	st := lockapi.Statement{Lines: make([]lockapi.StatementLine, 0, len(lines))}
 	prev := after
-	for _, c := range page.Calls {
+	for _, l := range lines {
 		switch {
-		case c.Seq <= prev:
-			return lockapi.Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", c.Seq, prev)
-		case c.Result != lockapi.ResultAccepted && c.Result != lockapi.ResultDeclined:
-			return lockapi.Statement{}, fmt.Errorf("call %d has result %q, neither ACCEPTED nor DECLINED", c.Seq, c.Result)
-		case c.Reference == "" || c.AccountID == "" || c.Currency == "" || c.Beneficiary == "":
-			return lockapi.Statement{}, fmt.Errorf("call %d lacks its reference, account, currency or beneficiary", c.Seq)
+		case l.Seq <= prev:
+			return lockapi.Statement{}, fmt.Errorf("the rail's seq %d does not follow %d", l.Seq, prev)
+		case l.Result != lockapi.ResultAccepted && l.Result != lockapi.ResultDeclined:
+			return lockapi.Statement{}, fmt.Errorf("line %d has result %q, neither ACCEPTED nor DECLINED", l.Seq, l.Result)
+		case l.Reference == "" || l.AccountID == "" || l.Currency == "" || l.Beneficiary == "":
+			return lockapi.Statement{}, fmt.Errorf("line %d lacks its reference, account, currency or beneficiary", l.Seq)
 		}
-		prev = c.Seq
-		st.Lines = append(st.Lines, c.Line())
+		prev = l.Seq
+		l.ReceivedAt = l.ReceivedAt.UTC()
+		st.Lines = append(st.Lines, l)
 	}
 	if len(st.Lines) == limit {
 		next := prev
