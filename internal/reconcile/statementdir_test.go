@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"lock.dev/internal/isomsg"
 	"lock.dev/internal/reconcile"
+	"lock.dev/internal/service"
 	"lock.dev/internal/stack"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
@@ -488,5 +490,48 @@ func TestFinalPassWaitsForEachAccountsCoverage(t *testing.T) {
 	}
 	if st := e.status(t, "p-a"); st != lockapi.StatusNotPresented {
 		t.Fatalf("p-a is %s after the final pass", st)
+	}
+}
+
+// Dir mode on the reconciler's own login (docs/contracts/database.md, least
+// privilege): a file imported with its coverage, a changed version recorded and
+// a payout settled, with only what the grants file gives the login.
+func TestDirModeOnTheReconcilersOwnLogin(t *testing.T) {
+	t.Parallel()
+	e, dir := dirEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	login := fmt.Sprintf("reconciler_%d", time.Now().UnixNano())
+	if _, err := e.st.Paydb.Exec(ctx, `CREATE ROLE `+login+` LOGIN PASSWORD 'not-a-secret'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.st.Paydb.Exec(context.Background(), `DROP OWNED BY `+login)
+		_, _ = e.st.Paydb.Exec(context.Background(), `DROP ROLE `+login)
+	})
+	mcfg := e.cfg
+	mcfg.DBRoles = service.Roles{"PAYDB_ROLE_RECONCILER": &login}
+	if err := reconcile.Migrate(ctx, mcfg); err != nil {
+		t.Fatalf("migrate with the reconciler's login: %v", err)
+	}
+	u, err := url.Parse(e.st.PaydbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(login, "not-a-secret")
+	e.cfg.PaydbURL = u.String()
+
+	if got := e.drive(t, e.blackholeProxy(t), payoutReq("p-a", "acct-A", 100)); got != lockapi.StatusAmbiguous {
+		t.Fatalf("p-a posted %s", got)
+	}
+	e.waitWindow(t)
+	writeStatements(t, dir, "1.xml", stmt("A", "acct-A", hour()), stmt("B", "acct-B", nil, debit("nobody", "R-1", 100)))
+	rep := e.pass(t)
+	if rep.Files["imported"] != 1 || rep.Settled["p-a"] != lockapi.StatusNotPresented || rep.Exceptions[reconcile.KindUnknownReference] != 1 {
+		t.Fatalf("files %v, settled %v, exceptions %v", rep.Files, rep.Settled, rep.Exceptions)
+	}
+	writeStatements(t, dir, "1.xml", stmt("A", "acct-A", hour()))
+	if rep := e.pass(t); rep.Exceptions[reconcile.KindStatementFileChanged] != 1 {
+		t.Fatalf("exceptions %v after 1.xml changed", rep.Exceptions)
 	}
 }
