@@ -168,7 +168,7 @@ func ownFormat(path, code string, op *v3.Operation) bool {
 	switch {
 	case code == "503" && len(op.Tags) == 1 && op.Tags[0] == "health":
 		return true
-	case code == "422" && path == "/rail/v1/payments", code == "503" && path == "/rail/v1/health":
+	case code == "422" && path == "/rail/v1/payments", code == "503" && (path == "/rail/v1/health" || path == "/iso20022/health"):
 		return true
 	}
 	return false

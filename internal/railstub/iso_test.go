@@ -17,14 +17,14 @@ import (
 	"lock.dev/rail/iso20022"
 )
 
-// outsideDocument serves the ISO 20022 routes, and the JSON payment route a
-// stub in ISO 20022 mode answers 404, with raw: api/rail-stub.json documents the
-// JSON routes, and the ISO 20022 answers are checked against the official
-// schemas instead (testkit.ValidateISO20022). Every other route goes through
-// checked.
+// outsideDocument serves the JSON payment route, which a stub in ISO 20022 mode
+// answers 404 (the document describes the stub in its default mode there), with
+// raw; every other exchange goes through checked, the ISO 20022 routes
+// included. Their XML documents are checked against ISO's official schemas
+// (testkit.ValidateISO20022).
 func outsideDocument(raw, checked http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/iso20022/") || r.URL.Path == "/rail/v1/payments" {
+		if r.URL.Path == "/rail/v1/payments" {
 			raw.ServeHTTP(w, r)
 			return
 		}
@@ -435,5 +435,57 @@ func TestISOAdapterReadsTheStub(t *testing.T) {
 	lines, err = a.ReadStatement(do(a.StatementRequest(want[1].Seq, 1)), want[1].Seq, 1)
 	if err != nil || len(lines) != 1 || lines[0].Seq != want[2].Seq {
 		t.Fatalf("page after %d: %+v %v, want call %d", want[1].Seq, lines, err, want[2].Seq)
+	}
+}
+
+// The stub's own failures answer a pain.001 as they answer a JSON payment, as
+// problems (only a 200 carries a pain.002): a call-log line that cannot be synced
+// is 500 with the call booked, after which the stub books nothing — 503, health
+// DOWN on /iso20022/health too; after Close a pain.001 is 503, unbooked.
+func TestISOCallLogFailures(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "calls.jsonl")
+	ts := startISOStub(t, func(c *Config) { c.CallLogPath = path })
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ts.calls.mu.Lock()
+	logFile := ts.calls.file
+	ts.calls.file = pw // takes writes, cannot fsync
+	ts.calls.mu.Unlock()
+	r, err := postPain001(t, ts, pain001(t, initiation("p-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	problem(t, r, http.StatusInternalServerError, lockapi.CodeInternal)
+	r, err = postPain001(t, ts, pain001(t, initiation("p-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	problem(t, r, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
+	if cs := calls(t, ts); len(cs) != 1 || cs[0].Reference != "p-1" {
+		t.Fatalf("calls = %+v, want p-1 booked (not synced) and p-2 not", cs)
+	}
+	if r, err := send(t.Context(), http.DefaultClient, ts.URL, http.MethodGet, "/iso20022/health", "", nil); err != nil || r.status != http.StatusServiceUnavailable {
+		t.Fatalf("GET /iso20022/health with a failed call log: %d %v, want 503", r.status, err)
+	}
+	ts.calls.mu.Lock()
+	ts.calls.file = logFile
+	ts.calls.mu.Unlock()
+	_ = pw.Close()
+
+	closed := startISOStub(t, nil)
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = postPain001(t, closed, pain001(t, initiation("p-3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	problem(t, r, http.StatusServiceUnavailable, lockapi.CodeUnavailable)
+	if cs := calls(t, closed); len(cs) != 0 {
+		t.Fatalf("booked after Close: %+v", cs)
 	}
 }
