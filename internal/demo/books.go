@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"lock.dev/internal/stack"
 )
 
@@ -59,7 +61,82 @@ func (s *scenario) finalPass(ctx context.Context) (time.Duration, error) {
 	if _, err := s.st.FinalPass(wctx, s.rec, s.cfg.SettleAfter()); err != nil {
 		return 0, err
 	}
+	if s.cfg.StatementSource == stack.StatementDir {
+		if err := s.filesCoverEveryCall(wctx); err != nil {
+			return 0, err
+		}
+	}
 	return time.Since(start), nil
+}
+
+// uncoveredAccountsSQL lists the accounts of $1 whose imported statement files
+// do not cover the moment $2 yet.
+const uncoveredAccountsSQL = `
+SELECT a FROM unnest($1::text[]) a
+ WHERE NOT EXISTS (SELECT 1 FROM statement_coverage v WHERE v.account_id = a AND v.covered_to > $2)
+ ORDER BY a`
+
+// filesCoverEveryCall waits, in dir mode, until the statement files imported
+// cover every account the rail booked a call for past the last call, then for
+// one more completed pass. The final pass settles every AMBIGUOUS payout, but
+// only waits for the accounts that have one: an account whose payouts all
+// resolved at their answer may still have its last accepted call in a file not
+// written or not imported yet, and the run judges the copy whole. A file lists
+// every call booked before its end, and its import covers its accounts to that
+// end, so once every account is covered past the last call the copy holds all.
+func (s *scenario) filesCoverEveryCall(ctx context.Context) error {
+	calls, err := s.st.Stub.Calls(ctx)
+	if err != nil || len(calls) == 0 {
+		return err
+	}
+	seen := map[string]bool{}
+	var accounts []string
+	for _, c := range calls {
+		if !seen[c.AccountID] {
+			seen[c.AccountID] = true
+			accounts = append(accounts, c.AccountID)
+		}
+	}
+	last := calls[len(calls)-1].ReceivedAt
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rows, err := s.st.Paydb.Query(ctx, uncoveredAccountsSQL, accounts, last)
+		if err != nil {
+			return fmt.Errorf("the statement files' coverage: %w", err)
+		}
+		waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("the statement files' coverage: %w", err)
+		}
+		if len(waiting) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for statement files to cover %v past the last call: %w", waiting, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	const completed = `reconciler_pass_total{result="completed"}`
+	before, err := s.rec.Metric(ctx, completed)
+	if err != nil {
+		return err
+	}
+	for {
+		n, err := s.rec.Metric(ctx, completed)
+		if err != nil {
+			return err
+		}
+		if n > before {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the reconciler's pass after the last statement file: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // writeBooks is the report's word on the reconciliation under the table.
