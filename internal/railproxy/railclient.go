@@ -303,7 +303,11 @@ func whyOr(why, otherwise string) string {
 }
 
 // setRequestURI sets req's URI to base followed by path without building the
-// string: the bytes are copied into req's own buffer.
+// string: the bytes are copied into req's own buffer. Not inlined, so that its
+// buffer is not part of Pay's frame, which a call holds while the rail answers
+// (TestInflightSubmissionsKeepSmallStacks).
+//
+//go:noinline
 func setRequestURI(req *fasthttp.Request, base, path string) {
 	var buf [256]byte
 	req.SetRequestURIBytes(append(append(buf[:0], base...), path...))
