@@ -34,6 +34,7 @@ type acme struct {
 	answer rail.Answer    // what ReadAnswer answers
 	lines  []lockapi.StatementLine
 	health string // HealthRequest's path
+	panics bool   // ReadStatement panics
 }
 
 func (*acme) Protocol() string { return "acme" }
@@ -51,6 +52,9 @@ func (a *acme) ReadAnswer(p rail.Payment, r rail.Reply) rail.Answer {
 	r.Body = append([]byte(nil), r.Body...)
 	a.seen = append(a.seen, r)
 	a.paid = append(a.paid, p)
+	if a.answer.Why == "panic" {
+		panic("acme cannot read this")
+	}
 	return a.answer
 }
 
@@ -65,6 +69,9 @@ func (*acme) StatementRequest(after int64, limit int) rail.Request {
 func (a *acme) ReadStatement(rail.Reply, int64, int) ([]lockapi.StatementLine, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.panics {
+		panic("acme cannot read this page")
+	}
 	return append([]lockapi.StatementLine(nil), a.lines...), nil
 }
 
@@ -130,6 +137,7 @@ func TestPayThroughTheAdapter(t *testing.T) {
 		{"not understood", rail.Answer{Verdict: rail.NotUnderstood, Why: "no such payment"}, RailAmbiguous, CauseBadResponse, "", ""},
 		{"not understood, no why", rail.Answer{}, RailAmbiguous, CauseBadResponse, "", ""},
 		{"a verdict the gate does not know", rail.Answer{Verdict: rail.Verdict(99), RailReference: "AC-9"}, RailAmbiguous, CauseBadResponse, "", ""},
+		{"the adapter panics reading", rail.Answer{Verdict: rail.Accepted, Why: "panic"}, RailAmbiguous, CauseBadResponse, "", ""},
 	} {
 		a := &acme{answer: c.answer}
 		cfg := hopConfig(r.URL)
@@ -312,6 +320,17 @@ func TestStatementAndHealthThroughTheAdapter(t *testing.T) {
 		}
 		failed++
 	}
+	// An adapter that panics reading the page.
+	a.mu.Lock()
+	a.panics = true
+	a.mu.Unlock()
+	if status, _, _ := getStatement(t, p, "?after=7&limit=2"); status != http.StatusServiceUnavailable {
+		t.Errorf("an adapter that panics: %d, want 503", status)
+	}
+	failed++
+	a.mu.Lock()
+	a.panics = false
+	a.mu.Unlock()
 	// A page the adapter reads, under a status that is no success.
 	a.mu.Lock()
 	a.lines = []lockapi.StatementLine{line(8)}
@@ -419,5 +438,39 @@ func TestRailProtocolSetting(t *testing.T) {
 	started := p.Logs.filter(func(e map[string]any) bool { return e["msg"] == "rail-proxy starting" })
 	if len(started) != 1 || started[0]["railProtocol"] != ProtocolISO20022 {
 		t.Fatalf("start-up log: %v", started)
+	}
+}
+
+// brokenRequest is an adapter that cannot build a payment request: it fails,
+// or panics.
+type brokenRequest struct {
+	rail.Adapter
+	panics bool
+}
+
+func (b brokenRequest) PaymentRequest(rail.Payment) (rail.Request, error) {
+	if b.panics {
+		panic("no request today")
+	}
+	return rail.Request{}, io.ErrUnexpectedEOF
+}
+
+// An adapter that cannot build the request — an error, or a panic — makes
+// the call UNSENT, and nothing reaches the rail.
+func TestPaymentRequestFailureIsUnsent(t *testing.T) {
+	t.Parallel()
+	r := newAcmeRail(t)
+	for _, panics := range []bool{false, true} {
+		cfg := hopConfig(r.URL)
+		cfg.Adapter = brokenRequest{Adapter: &acme{}, panics: panics}
+		cl := newRailClient(cfg)
+		rc := cl.Pay(context.Background(), rail.Payment{SubmissionID: 1, PayoutID: "p-1", AccountID: "a", AmountMinor: 1, Currency: "EUR", Beneficiary: "b"})
+		cl.close()
+		if rc.Result != RailUnsent || rc.Err == nil {
+			t.Errorf("panics %v: %+v, want UNSENT with its error", panics, rc)
+		}
+	}
+	if seen := r.seen(); len(seen) != 0 {
+		t.Fatalf("the rail was sent %q", seen)
 	}
 }

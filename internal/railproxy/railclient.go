@@ -45,7 +45,8 @@ const (
 	RailAmbiguous                       // anything after a connection was obtained: the rail may have acted
 )
 
-// Causes of an ambiguous call (rail_ambiguous.cause, docs/contracts/observability.md).
+// Causes of an ambiguous call (rail_ambiguous.cause, docs/contracts/observability.md):
+// a closed set. No metric is labelled by it; the log line carries it.
 const (
 	CauseTimeout           = "timeout"
 	CauseConnectionDropped = "connection_dropped"
@@ -55,10 +56,6 @@ const (
 	// decided (ISO 20022's ACCP, ACTC, RCVD, PDNG). The statement settles it.
 	CausePending = "pending"
 )
-
-// AmbiguousCauses are the values of rail_ambiguous's cause, a closed set
-// (docs/contracts/observability.md).
-var AmbiguousCauses = []string{CauseTimeout, CauseConnectionDropped, CauseBadResponse, CauseInterrupted, CausePending}
 
 // DeclineUnspecified is the decline_reason recorded when the rail declined
 // without saying why.
@@ -212,7 +209,7 @@ func (c *railClient) Pay(ctx context.Context, p rail.Payment) RailCall {
 	if c.adapter == nil {
 		return done(RailCall{Result: RailUnsent, Err: errors.New("rail client not configured")})
 	}
-	pr, err := c.adapter.PaymentRequest(p)
+	pr, err := paymentRequest(c.adapter, p)
 	if err != nil {
 		// Nothing was attempted.
 		return done(RailCall{Result: RailUnsent, Err: fmt.Errorf("building the rail payment: %w", err)})
@@ -259,7 +256,7 @@ func (c *railClient) Pay(ctx context.Context, p rail.Payment) RailCall {
 	}
 	// The reply's body is lent to the adapter for the call only: what it keeps
 	// it copies (its strings do), and the response goes back to its pool.
-	ans := c.adapter.ReadAnswer(p, rail.Reply{Status: status, ContentType: contentType(resp.Header.ContentType()), Body: resp.Body()})
+	ans := readAnswer(c.adapter, p, rail.Reply{Status: status, ContentType: contentType(resp.Header.ContentType()), Body: resp.Body()})
 	switch ans.Verdict {
 	case rail.Accepted:
 		// An accept whose reference paydb cannot store and show as it is would
@@ -293,6 +290,41 @@ func (c *railClient) Pay(ctx context.Context, p rail.Payment) RailCall {
 	default:
 		return bad(whyOr(ans.Why, "not understood by the "+c.adapter.Protocol()+" adapter"))
 	}
+}
+
+// paymentRequest is a.PaymentRequest(p); an adapter that panics has built no
+// request, and nothing is sent.
+func paymentRequest(a rail.Adapter, p rail.Payment) (r rail.Request, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r, err = rail.Request{}, fmt.Errorf("the %s adapter panicked: %v", a.Protocol(), v)
+		}
+	}()
+	return a.PaymentRequest(p)
+}
+
+// readAnswer is a.ReadAnswer(p, r); an adapter that panics has not understood
+// the reply — which may still mean money moved, so the call is ambiguous, the
+// row TIMEOUT, never a process gone with its intent unresolved.
+func readAnswer(a rail.Adapter, p rail.Payment, r rail.Reply) (ans rail.Answer) {
+	defer func() {
+		if v := recover(); v != nil {
+			ans = rail.Answer{Verdict: rail.NotUnderstood, Why: fmt.Sprintf("the %s adapter panicked: %v", a.Protocol(), v)}
+		}
+	}()
+	return a.ReadAnswer(p, r)
+}
+
+// safely is f, called off the payment path, with an adapter's panic made an
+// error.
+func safely[T any](a rail.Adapter, f func() (T, error)) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("the %s adapter panicked: %v", a.Protocol(), r)
+		}
+	}()
+	return f()
 }
 
 func whyOr(why, otherwise string) string {
@@ -659,7 +691,11 @@ func (c *railClient) Healthy(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, HealthTimeout)
 	defer cancel()
-	req, err := c.request(ctx, c.adapter.HealthRequest())
+	hr, err := safely(c.adapter, func() (rail.Request, error) { return c.adapter.HealthRequest(), nil })
+	if err != nil {
+		return err
+	}
+	req, err := c.request(ctx, hr)
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,11 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 	if a == nil {
 		return lockapi.Statement{}, errors.New("rail client not configured")
 	}
-	req, err := s.rail.request(ctx, a.StatementRequest(after, limit))
+	sr, err := safely(a, func() (rail.Request, error) { return a.StatementRequest(after, limit), nil })
+	if err != nil {
+		return lockapi.Statement{}, err
+	}
+	req, err := s.rail.request(ctx, sr)
 	if err != nil {
 		return lockapi.Statement{}, err
 	}
@@ -136,7 +140,9 @@ func (s *statementReader) read(ctx context.Context, after int64, limit int) (loc
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return lockapi.Statement{}, fmt.Errorf("the rail answered %d", resp.StatusCode)
 	}
-	lines, err := a.ReadStatement(rail.Reply{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}, after, limit)
+	lines, err := safely(a, func() ([]lockapi.StatementLine, error) {
+		return a.ReadStatement(rail.Reply{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}, after, limit)
+	})
 	if err != nil {
 		return lockapi.Statement{}, fmt.Errorf("the %s adapter: %w", a.Protocol(), err)
 	}
