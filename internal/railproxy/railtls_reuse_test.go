@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // alertConn is the proxy's end of a rail connection that reports, on the first
@@ -97,6 +98,10 @@ func TestHandshakeAlertOnAReusedConnectionStaysAmbiguous(t *testing.T) {
 			if rc := pay("a-2"); rc.Result != tc.want {
 				t.Fatalf("call answered by a bad_certificate alert: %+v, want result %d", rc, tc.want)
 			}
+			// The rail counts a connection once its accept loop has taken it,
+			// which may be after the call ended (the fresh connection's ends at
+			// its first read).
+			eventually(t, 10*time.Second, "the rail's connection counted", func() bool { return rail.connCount() > 0 })
 			if rail.connCount() != 1 {
 				t.Fatalf("%d connections, want one", rail.connCount())
 			}
