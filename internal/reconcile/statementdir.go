@@ -142,7 +142,9 @@ func parseStatementFile(b []byte) (parsedFile, error) {
 		if err := s.Balanced(); err != nil {
 			return parsedFile{}, fmt.Errorf("statement %d (%s): unbalanced: %w", i+1, s.ID, err)
 		}
-		ls, err := s.Lines()
+		// The reconciler numbers a file's lines itself, in import order: a
+		// bank's NtryRef is optional and need not be a number.
+		ls, err := s.UnnumberedLines()
 		if err != nil {
 			return parsedFile{}, fmt.Errorf("statement %d (%s): its entries: %w", i+1, s.ID, err)
 		}

@@ -166,6 +166,27 @@ func TestStatementFilesImportedOnceInNameOrder(t *testing.T) {
 	}
 }
 
+// A bank's NtryRef is optional and need not be a number: entries without one,
+// or with the bank's own text, are imported all the same, numbered by the
+// reconciler in the file's order.
+func TestStatementEntriesWithoutNumericNtryRefImported(t *testing.T) {
+	t.Parallel()
+	e, dir := dirEnv(t)
+	s := stmt("A-1", "acct-1", hour(), debit("x-1", "R-1", 100), debit("x-2", "R-2", 200))
+	s.Entries[0].Ref = "20261206-BK-0001"
+	s.Entries[1].Ref = ""
+	writeStatements(t, dir, "a.xml", s)
+
+	rep := e.pass(t)
+	if rep.Files["imported"] != 1 || rep.Imported != 2 {
+		t.Fatalf("files %v, %d lines imported; want the file imported with its 2 lines", rep.Files, rep.Imported)
+	}
+	want := []string{"1 x-1 acct-1 R-1", "2 x-2 acct-1 R-2"}
+	if got := e.lines(t); !slices.Equal(got, want) {
+		t.Fatalf("the copy is %q, want %q", got, want)
+	}
+}
+
 // A file that does not validate — not camt.053, or a statement whose balances
 // disagree with its entries — is skipped, logged at ERROR and counted, and
 // nothing of it is imported, not even the valid statement beside it; replaced by
