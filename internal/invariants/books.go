@@ -253,8 +253,25 @@ func (e *evaluation) unrecorded() {
 	for _, x := range e.h.Exceptions {
 		recorded[key{x.Kind, x.PayoutID, x.Seq}] = true
 	}
+	// A statement of accepted calls only is numbered by its reader (statement
+	// files in import order), not by the rail: the exception a call calls for
+	// carries the seq of the line the call was copied as.
+	type line struct{ account, ref string }
+	copiedSeq := map[line]int64{}
+	if e.opts.StatementAcceptedOnly {
+		for _, l := range e.h.StatementLines {
+			k := line{l.AccountID, text(l.RailReference)}
+			if _, seen := copiedSeq[k]; !seen {
+				copiedSeq[k] = l.Seq
+			}
+		}
+	}
 	expect := func(kind string, c railstub.Call, payout, detail string) {
-		if !recorded[key{kind, payout, c.Seq}] {
+		seq := c.Seq
+		if s, ok := copiedSeq[line{c.AccountID, c.RailReference}]; ok {
+			seq = s
+		}
+		if !recorded[key{kind, payout, seq}] {
 			e.add(CheckUnrecorded, Finding{AccountID: c.AccountID, PayoutID: c.Reference, Seq: c.Seq,
 				Detail: kind + " not recorded: " + detail})
 		}

@@ -254,3 +254,33 @@ func TestStatementAcceptedOnly(t *testing.T) {
 		})
 	}
 }
+
+// A statement of accepted calls only is numbered by its reader: an exception a
+// call calls for is found at the seq of the line the call was copied as, not at
+// the rail's own seq of the call.
+func TestStatementAcceptedOnlyExceptionAtTheCopysSeq(t *testing.T) {
+	t.Parallel()
+	opts := reconciled
+	opts.StatementAcceptedOnly = true
+	stranger := func(recordedAt func(call, line int64) int64) History {
+		h := acceptedOnly()
+		c := railstub.Call{Seq: 77, ReceivedAt: at(3), Reference: "nobody", AccountID: "acct-B", AmountMinor: 5,
+			Currency: "EUR", Beneficiary: "NL91ABNA0417164300", Result: railstub.ResultAccepted, RailReference: "RS-nobody"}
+		h.Calls = append(h.Calls, c)
+		l := lineOf(c)
+		l.Seq = int64(len(h.StatementLines) + 1)
+		h.StatementLines = append(h.StatementLines, l)
+		h.Cursor.LastSeq = l.Seq
+		h.Exceptions = append(h.Exceptions, Exception{ExceptionID: 1, Kind: "UNKNOWN_REFERENCE", Seq: recordedAt(c.Seq, l.Seq)})
+		return h
+	}
+	unrecorded := func(h History) bool {
+		return slices.ContainsFunc(Evaluate(h, opts).Violations, func(f Finding) bool { return f.Check == CheckUnrecorded })
+	}
+	if unrecorded(stranger(func(_, line int64) int64 { return line })) {
+		t.Fatal("an UNKNOWN_REFERENCE recorded at the copy's seq was judged unrecorded")
+	}
+	if !unrecorded(stranger(func(call, _ int64) int64 { return call })) {
+		t.Fatal("an UNKNOWN_REFERENCE recorded at a seq no copied line has was judged recorded")
+	}
+}
