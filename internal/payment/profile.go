@@ -1,11 +1,9 @@
 package payment
 
 import (
-	"fmt"
-	"unicode/utf8"
-
-	"lock.dev/internal/iso4217"
 	"lock.dev/lockapi"
+	"lock.dev/rail"
+	"lock.dev/rail/iso20022"
 )
 
 // The rail profiles of PAYMENT_RAIL_PROFILE (docs/contracts/payments.md): which
@@ -23,40 +21,28 @@ const (
 	ProfileISO20022 = "iso20022"
 )
 
-// The ISO 20022 text limits, in characters.
-const (
-	iso20022Max35 = 35 // Max35Text: EndToEndId
-	iso20022Max34 = 34 // Max34Text: Othr/Id of an account
-)
-
 // validProfile reports whether p is a PAYMENT_RAIL_PROFILE value.
 func validProfile(p string) bool { return p == ProfileStub || p == ProfileISO20022 }
 
 // refuseForRail lists what makes req impossible for profile's rail to present,
 // for each field the API's own rules did not already refuse (errs). The stub
-// profile refuses nothing.
+// profile refuses nothing; the ISO 20022 profile refuses what rail-proxy's
+// ISO 20022 adapter refuses, by the adapter's own rules, so that the two never
+// drift apart.
 func refuseForRail(profile string, req lockapi.SubmissionRequest, errs []lockapi.FieldError) []lockapi.FieldError {
 	if profile != ProfileISO20022 {
 		return nil
 	}
+	value := map[string]string{fieldPayoutID: req.PayoutID, "accountId": req.AccountID,
+		"beneficiary": req.Beneficiary, "currency": req.Currency}
 	var out []lockapi.FieldError
-	tooLong := func(field, value string, max int, what string) {
-		if hasFault(errs, field) || value == "" {
-			return
+	for _, fe := range iso20022.New().Refuse(rail.Payment{PayoutID: req.PayoutID, AccountID: req.AccountID,
+		AmountMinor: req.AmountMinor, Currency: req.Currency, Beneficiary: req.Beneficiary}) {
+		if v, named := value[fe.Field]; hasFault(errs, fe.Field) || (named && v == "") {
+			continue // the API's own rules already said what is wrong with it
 		}
-		if n := utf8.RuneCountInString(value); n > max {
-			out = append(out, lockapi.FieldError{Field: field, Problem: fmt.Sprintf(
-				"must be at most %d characters for the ISO 20022 rail (PAYMENT_RAIL_PROFILE=iso20022: it becomes the %s), got %d", max, what, n)})
-		}
-	}
-	tooLong(fieldPayoutID, req.PayoutID, iso20022Max35, "pain.001 EndToEndId, Max35Text")
-	tooLong("accountId", req.AccountID, iso20022Max34, "debtor's account, Max34Text")
-	tooLong("beneficiary", req.Beneficiary, iso20022Max34, "creditor's account, Max34Text")
-	if !hasFault(errs, "currency") && req.Currency != "" {
-		if _, ok := iso4217.Exponent(req.Currency); !ok {
-			out = append(out, lockapi.FieldError{Field: "currency", Problem: "has no ISO 4217 minor unit: the ISO 20022 rail " +
-				"(PAYMENT_RAIL_PROFILE=iso20022) cannot express an amount in it"})
-		}
+		fe.Problem += " (PAYMENT_RAIL_PROFILE=iso20022)"
+		out = append(out, fe)
 	}
 	return out
 }
