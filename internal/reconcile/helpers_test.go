@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"lock.dev/internal/identity"
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/payment"
@@ -243,19 +245,19 @@ func (e *env) count(t testing.TB, sql string, args ...any) int {
 // exceptions lists the recorded exceptions as "KIND payout seq".
 func (e *env) exceptions(t testing.TB) []string {
 	t.Helper()
-	rows, err := e.st.Paydb.Query(context.Background(),
-		`SELECT kind || ' ' || coalesce(payout_id, '-') || ' ' || coalesce(seq::text, '-') FROM reconciliation_exception ORDER BY exception_id`)
+	return e.texts(t, `SELECT kind || ' ' || coalesce(payout_id, '-') || ' ' || coalesce(seq::text, '-') FROM reconciliation_exception ORDER BY exception_id`)
+}
+
+// texts is query's one text column, row by row.
+func (e *env) texts(t testing.TB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := e.st.Paydb.Query(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

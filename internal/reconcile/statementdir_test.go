@@ -87,21 +87,7 @@ func writeFile(t *testing.T, dir, name string, b []byte) {
 // lines lists the copy as "seq reference account railReference".
 func (e *env) lines(t *testing.T) []string {
 	t.Helper()
-	rows, err := e.st.Paydb.Query(context.Background(),
-		`SELECT seq || ' ' || reference || ' ' || account_id || ' ' || coalesce(rail_reference, '-') FROM rail_statement_line ORDER BY seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
+	return e.texts(t, `SELECT seq || ' ' || reference || ' ' || account_id || ' ' || coalesce(rail_reference, '-') FROM rail_statement_line ORDER BY seq`)
 }
 
 func sha256hex(b []byte) string {
