@@ -13,7 +13,7 @@ import (
 )
 
 // A mark row another transaction holds decides nothing for the other accounts of
-// a group (docs/contracts/rail-proxy.md#group-admission): while a transaction
+// a group (docs/contracts/rail-proxy.md#group-admission-rail_proxy_max_group): while a transaction
 // on another connection holds acct-x's row (SELECT … FOR UPDATE, a replica
 // paused between its statement and its COMMIT) and another is creating
 // acct-new's row, a group with members of those accounts and of others commits
