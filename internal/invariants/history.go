@@ -1,5 +1,5 @@
 // Package invariants judges a finished run of the system against the invariants
-// of the spec (1–6; 7, the books close, when a reconciler made its final pass; 8,
+// of docs/contracts/README.md (1–6; 7, the books close, when a reconciler made its final pass; 8,
 // only the books move money, when paydb records the payouts' history), from
 // ground truth only: what the rail-stub was presented, and what paydb
 // and lockdb hold. It never asks a service what it believes happened; the
