@@ -1,22 +1,3 @@
-// Package lockclient is the Go client of lock-server (docs/contracts/lock-service.md): it acquires
-// leases on named locks and keeps them alive, and it tells its caller, through a
-// context, the moment it can no longer vouch for a lease.
-//
-// A lease is a liveness hint, never a guarantee: the holder may be paused past its
-// expiry. Safety comes from the fencing token, which every resource compares. The
-// client's part is to never believe in a lease longer than the server could: its
-// local deadline is measured from before the request that granted or renewed the
-// lease was sent, minus a drift margin, so it always falls before lockdb's expiry
-// (as long as the two clocks run at rates within that margin of each other).
-//
-// lock-server is called over mutual TLS (docs/contracts/workload-identity.md):
-// cfg presents the caller's workload certificate and verifies lock-server's.
-//
-//	c := lockclient.New("https://lock-server:8081", lockclient.WithTLSConfig(cfg))
-//	lease, err := c.Acquire(ctx, lockapi.AccountLockName("acct-7"), owner, 15*time.Second)
-//	if errors.Is(err, lockclient.ErrHeld) { /* someone else works this account */ }
-//	defer lease.Release(context.WithoutCancel(ctx))
-//	work(lease.Context(), lease.Token())
 package lockclient
 
 import (
@@ -34,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"lock.dev/internal/leasepause"
 	"lock.dev/lockapi"
 )
 
@@ -55,43 +37,79 @@ type Client struct {
 	drift   float64
 	logger  *slog.Logger
 	timeout time.Duration
+	pauser  *leasepause.Pauser[*Lease]
 }
 
 // Option configures a Client.
 type Option func(*Client)
 
-// WithHTTPClient sets the HTTP client. Its transport must not resend requests on
-// its own (Go's does not resend a POST without an idempotency header, which this
-// client never sends).
+// WithHTTPClient sets the HTTP client, for a caller that shares or tunes its
+// transport. Its transport must not resend requests on its own (Go's does not
+// resend a POST without an idempotency header, which this client never sends),
+// should not follow redirects nor use a proxy from the environment (see New),
+// and for a workload identity carries the mutual-TLS configuration itself:
+// WithTLSConfig does not apply to it.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
-// WithTLSConfig calls lock-server over TLS with cfg — for mutual TLS, a
-// configuration that presents the caller's certificate and verifies the
-// server's (docs/contracts/workload-identity.md). It applies to the client's
-// own transport; with WithHTTPClient, configure that client instead.
+// WithTLSConfig calls lock-server over TLS with cfg. lock-server serves only
+// mutual TLS between workload identities (docs/contracts/workload-identity.md):
+// cfg presents the caller's X.509-SVID and accepts only the server whose SPIFFE
+// ID it expects, as the configuration lock.dev/workload builds from the SVID
+// files does. It applies to the client's own transport; with WithHTTPClient,
+// configure that client instead. New refuses it with an http:// base URL, which
+// would send every call in plaintext.
 func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
 
 // WithDriftMargin sets how much of each TTL the local deadline gives up to clock
-// drift and scheduling (default 0.10; 0 ≤ fraction ≤ 0.5, else Acquire fails).
+// drift and scheduling (default 0.10; 0 ≤ fraction ≤ 0.5, else New fails).
 func WithDriftMargin(fraction float64) Option { return func(c *Client) { c.drift = fraction } }
 
 // WithLogger sets where the client logs renewal failures and lost leases
 // (default: nowhere).
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.logger = l } }
 
-// WithRequestTimeout bounds each HTTP call, renewals included (default 5 s). A
-// renewal is also cut short when the lease's local deadline passes.
+// WithRequestTimeout bounds each HTTP call, renewals included (default 5 s;
+// it must be positive, else New fails). A renewal is also cut short when the
+// lease's local deadline passes.
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// New returns a client of the lock-server at baseURL, e.g. http://127.0.0.1:8081.
-func New(baseURL string, opts ...Option) *Client {
+// WithPauser lets p freeze and thaw the leases this client grants. It is for
+// this module's tests and demonstrations only: p's type is internal, so from
+// outside the module the only value it can be given is nil, which changes
+// nothing.
+func WithPauser(p *leasepause.Pauser[*Lease]) Option { return func(c *Client) { c.pauser = p } }
+
+// New returns a client of the lock-server at baseURL, e.g.
+// https://lock-server:8081: an http or https URL with a host, optionally a path
+// prefix (a gateway's), and no query, fragment or user information. A URL
+// without a scheme is refused with the one to use, rather than read as a path;
+// so is an option out of its range.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	base, err := parseBaseURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
-		base:    strings.TrimRight(baseURL, "/"),
+		base:    base.String(),
 		drift:   DefaultDriftMargin,
 		timeout: DefaultRequestTimeout,
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.drift < 0 || c.drift > maxDriftMargin || c.drift != c.drift {
+		return nil, fmt.Errorf("lockclient: drift margin %v outside [0, %v]", c.drift, maxDriftMargin)
+	}
+	if c.timeout <= 0 {
+		return nil, fmt.Errorf("lockclient: request timeout %v is not positive: every call must be bounded", c.timeout)
+	}
+	if c.tls != nil && c.hc != nil {
+		// The configuration would be ignored, and the caller would believe its
+		// calls are made over mutual TLS.
+		return nil, errors.New("lockclient: WithTLSConfig does not apply to a client given WithHTTPClient; configure that client's transport instead")
+	}
+	if c.tls != nil && base.Scheme == "http" {
+		return nil, fmt.Errorf("lockclient: base URL %q is http:// but a TLS configuration was given: use https://%s", baseURL, base.Host+base.Path)
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{
@@ -104,7 +122,39 @@ func New(baseURL string, opts ...Option) *Client {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	return c
+	return c, nil
+}
+
+// parseBaseURL checks New's base URL and returns it without trailing slashes.
+func parseBaseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("lockclient: base URL is empty; use e.g. https://lock-server:8081")
+	}
+	if !strings.Contains(raw, "://") {
+		// "lock-server:8081" parses as scheme "lock-server"; "127.0.0.1:8081" not
+		// at all. Either way the caller left out the scheme.
+		return nil, fmt.Errorf("lockclient: base URL %q has no scheme; use https://%s", raw, strings.TrimPrefix(raw, "//"))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: base URL %q: %w", raw, err)
+	}
+	shown := u.Redacted() // never echo a password
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("lockclient: base URL %q has scheme %q; use https:// (or http:// without identities)", shown, u.Scheme)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("lockclient: base URL %q has no host", shown)
+	case u.User != nil:
+		return nil, fmt.Errorf("lockclient: base URL %q carries user information; lock-server knows its callers by their mutual-TLS identity", shown)
+	case u.RawQuery != "" || u.ForceQuery:
+		return nil, fmt.Errorf("lockclient: base URL %q has a query; the client appends each call's own path and query", shown)
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return nil, fmt.Errorf("lockclient: base URL %q has a fragment", shown)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
 }
 
 // newTransport is Go's default transport without the environment's proxy: a
@@ -133,17 +183,14 @@ const maxIdleConnsPerHost = 64
 
 // Acquire asks for name on behalf of ownerID for ttl (whole milliseconds; the
 // server's bounds apply). It sends one request and never retries: a held lock
-// (ErrHeld) is the caller's decision, and after ErrUnavailable the lock may or
-// may not have been granted — if it was, nobody learned its token and it ends
-// with its TTL.
+// (ErrHeld) is the caller's decision — Lock is the call that waits for it — and
+// after ErrUnavailable the lock may or may not have been granted — if it was,
+// nobody learned its token and it ends with its TTL.
 //
 // The lease renews itself every ttl/3 until Release, and outlives ctx (only ctx's
 // values are kept). If the answer arrives after the local deadline already
 // passed, the lease is returned with its context cancelled at once.
 func (c *Client) Acquire(ctx context.Context, name, ownerID string, ttl time.Duration) (*Lease, error) {
-	if c.drift < 0 || c.drift > maxDriftMargin || c.drift != c.drift {
-		return nil, fmt.Errorf("lockclient: drift margin %v outside [0, %v]", c.drift, maxDriftMargin)
-	}
 	ttlMs := ttl.Milliseconds()
 	sent := time.Now() // before the request: the server's lease starts later than this
 	var dto lockapi.Lease

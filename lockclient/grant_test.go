@@ -41,28 +41,8 @@ func TestLeaseGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := lockserver.DefaultConfig()
-	cfg.LockdbURL = pgtest.LockdbURL(t)
-	cfg.MinTTL = 100 * time.Millisecond
-	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
-	cfg.Listener = ln
-	cfg.LogOutput = io.Discard
-	cfg.SigningKeyFile = filepath.Join(dir, grant.SigningKeyFile)
-	cfg.Identity = identity.Files(certs, identity.NameLockServer)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- lockserver.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("lock-server: %v", err)
-		}
-	})
-	c := lockclient.New("https://"+ln.Addr().String(),
+	url := startTLSLockServer(t, certs, filepath.Join(dir, grant.SigningKeyFile))
+	c := newClient(t, url,
 		lockclient.WithTLSConfig(executor.ClientConfig(spiffeid.RequireFromString(identity.DefaultID(identity.NameLockServer)))))
 	var lease *lockclient.Lease
 	testkit.EventuallyState(t, 10*time.Second, "an acquire once the server is up", func() (bool, string) {
@@ -86,6 +66,11 @@ func TestLeaseGrant(t *testing.T) {
 	}
 	if claims.Workload != executor.ID().String() {
 		t.Errorf("the grant names workload %q, want the executor %s", claims.Workload, executor.ID())
+	}
+	req := httptest.NewRequest(http.MethodPost, "http://resource/claim", nil)
+	lease.SetHeaders(req)
+	if got := req.Header.Values(lockapi.HeaderFencingGrant); len(got) != 1 || got[0] != g {
+		t.Errorf("SetHeaders put %s %q, want the lease's grant", lockapi.HeaderFencingGrant, got)
 	}
 	first := lease.ExpiresAt()
 	testkit.Eventually(t, 15*time.Second, "a renewal", func() bool {
@@ -123,7 +108,7 @@ func TestLeaseGrantFollowsRenewals(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(l)
 	}))
 	defer srv.Close()
-	lease, err := lockclient.New(srv.URL).Acquire(context.Background(), "account:a", "o", 300*time.Millisecond)
+	lease, err := newClient(t, srv.URL).Acquire(context.Background(), "account:a", "o", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +120,33 @@ func TestLeaseGrantFollowsRenewals(t *testing.T) {
 	if lease.Grant() != "rotated" {
 		t.Errorf("Grant() = %q after renewals, want the one the renewal answered", lease.Grant())
 	}
+}
+
+// startTLSLockServer runs a lock-server on a real lockdb serving mutual TLS as
+// the lock-server SVID in certs (written by identity.WriteCerts), signing
+// grants with keyFile ("" signs nothing), and returns its https URL.
+func startTLSLockServer(t *testing.T, certs, keyFile string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lockserver.DefaultConfig()
+	cfg.LockdbURL = pgtest.LockdbURL(t)
+	cfg.MinTTL = 100 * time.Millisecond
+	cfg.UnsafeNonDurableDB = true // the throwaway test cluster runs with fsync off
+	cfg.Listener = ln
+	cfg.LogOutput = io.Discard
+	cfg.SigningKeyFile = keyFile
+	cfg.Identity = identity.Files(certs, identity.NameLockServer)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- lockserver.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("lock-server: %v", err)
+		}
+	})
+	return "https://" + ln.Addr().String()
 }

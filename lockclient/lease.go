@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"lock.dev/internal/leasepause"
 	"lock.dev/lockapi"
 )
 
@@ -24,8 +25,9 @@ import (
 // the acquire or the last successful renewal was sent and margin is the client's
 // drift margin times ttl. lockdb's expiry is at least sent + ttl (the server's
 // clock reads the statement's time, after the request arrived), so the context is
-// cancelled before the server-side expiry, never after — except for a frozen
-// lease, which is what freezing is for.
+// cancelled before the server-side expiry, never after — except for a lease
+// frozen by this module's tests and demonstrations (WithPauser), which is what
+// freezing is for.
 type Lease struct {
 	c        *Client
 	name     string
@@ -46,12 +48,13 @@ type Lease struct {
 	deadline  time.Time     // local safe deadline (monotonic), while not frozen
 	timer     *time.Timer   // fires at deadline
 	gen       uint64        // identifies the armed timer; a stale timer's firing is ignored
-	frozen    bool          // Freeze was called and Thaw not yet
+	frozen    bool          // freeze was called and thaw not yet
 	remaining time.Duration // while frozen: what was left of the deadline
-	epoch     uint64        // bumped by Freeze: a renewal sent before it is void
+	epoch     uint64        // bumped by freeze: a renewal sent before it is void
 	inflight  context.CancelFunc
 	expiresAt time.Time // lockdb's expiry as last reported
 	grant     string    // lock-server's signed grant of the token, as last answered
+	detach    func()    // from the client's pauser, called when the lease ends
 }
 
 func newLease(parent context.Context, c *Client, name, owner string, dto lockapi.Lease, ttl time.Duration, sent time.Time) *Lease {
@@ -79,6 +82,11 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 	l.mu.Lock()
 	l.armLocked(sent.Add(l.safe))
 	l.mu.Unlock()
+	if c.pauser != nil {
+		// Before the renewal loop starts and before the caller sees the lease,
+		// so the lease can be frozen from its first moment.
+		l.detach = c.pauser.Attach(l, leasepause.Hooks{Freeze: l.freeze, Thaw: l.thaw})
+	}
 	go l.run()
 	return l
 }
@@ -140,28 +148,29 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.c.leaseCall(ctx, "release", l.name, l.owner, l.token, 0, nil)
 }
 
-// Freeze and Thaw exist for tests and demonstrations only (docs/contracts/lock-service.md): they
-// make a real stale holder, a process stopped between its last lease check and
-// its next write.
+// freeze and thaw are reached only through the client's pauser (WithPauser),
+// for this module's tests and demonstrations (docs/contracts/lock-service.md):
+// they make a real stale holder, a process stopped between its last lease check
+// and its next write.
 //
-// Freeze stops the lease as a stop-the-world pause would: no renewal is sent, a
+// freeze stops the lease as a stop-the-world pause would: no renewal is sent, a
 // renewal in flight is abandoned (its answer is ignored, though the server may
 // have applied it), and the local deadline stops running — the context is not
 // cancelled while frozen, however long the freeze lasts, even past lockdb's
 // expiry.
 //
-// Thaw resumes it: the deadline timer runs again with exactly the time that was
-// left on it at Freeze (the pause is not counted, as the paused process did not
+// thaw resumes it: the deadline timer runs again with exactly the time that was
+// left on it at freeze (the pause is not counted, as the paused process did not
 // see it pass), and a renewal is sent at once instead of waiting for the next
 // tick. That renewal settles what the remaining time merely assumes: if lockdb's
 // expiry passed during the freeze, it is answered LEASE_LOST and the context is
 // cancelled with ErrLeaseLost; if it succeeds, a fresh deadline replaces the
 // remainder. If it gets no answer, the remainder is all the lease has left. A
-// deadline that had already run out at Freeze cancels the context at Thaw.
+// deadline that had already run out at freeze cancels the context at thaw.
 //
-// Both do nothing on a lease that has ended; Freeze on a frozen lease and Thaw on
+// Both do nothing on a lease that has ended; freeze on a frozen lease and thaw on
 // a lease that is not frozen do nothing.
-func (l *Lease) Freeze() {
+func (l *Lease) freeze() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || l.frozen {
@@ -176,8 +185,8 @@ func (l *Lease) Freeze() {
 	}
 }
 
-// Thaw resumes a frozen lease; see Freeze.
-func (l *Lease) Thaw() {
+// thaw resumes a frozen lease; see freeze.
+func (l *Lease) thaw() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended || !l.frozen {
@@ -294,6 +303,9 @@ func (l *Lease) endLocked(cause error) {
 		return
 	}
 	l.ended = true
+	if l.detach != nil {
+		l.detach()
+	}
 	l.disarmLocked()
 	if l.inflight != nil {
 		l.inflight()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"lock.dev/internal/leasepause"
 	"lock.dev/internal/testkit"
 	"lock.dev/lockapi"
 	"lock.dev/lockclient"
@@ -20,7 +21,7 @@ import (
 func TestLeaseRenewsItselfAndReleases(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	c := newClient(t, w.URL)
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "account:a1", "exec-1", 2*time.Second)
 	if err != nil {
@@ -67,7 +68,7 @@ func TestLeaseRenewsItselfAndReleases(t *testing.T) {
 func TestTypedErrors(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	c := newClient(t, w.URL)
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "account:e", "exec-1", 5*time.Second)
 	if err != nil {
@@ -105,7 +106,7 @@ func TestTypedErrors(t *testing.T) {
 	if _, err := c.Acquire(ctx, "account:e4", "exec 1", time.Second); !errors.As(err, &e) || e.Code != lockapi.CodeInvalidRequest {
 		t.Errorf("Acquire for a malformed owner: %v", err)
 	}
-	if _, err := lockclient.New(w.URL, lockclient.WithDriftMargin(0.9)).Acquire(ctx, "account:e3", "x", time.Second); err == nil {
+	if _, err := lockclient.New(w.URL, lockclient.WithDriftMargin(0.9)); err == nil {
 		t.Errorf("a drift margin of 0.9 was accepted")
 	}
 
@@ -113,7 +114,7 @@ func TestTypedErrors(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	_, err = lockclient.New(dead).Acquire(ctx, "account:e", "exec-1", time.Second)
+	_, err = newClient(t, dead).Acquire(ctx, "account:e", "exec-1", time.Second)
 	if !errors.Is(err, lockclient.ErrUnavailable) || !errors.As(err, &e) || e.Status != 0 || e.Err == nil {
 		t.Errorf("Acquire from a dead server: %v", err)
 	}
@@ -145,7 +146,7 @@ func TestAcquireIsNeverRetried(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := lockclient.New(srv.URL)
+	c := newClient(t, srv.URL)
 	ctx := context.Background()
 	for _, c2 := range []struct {
 		status int64
@@ -173,7 +174,7 @@ func TestAcquireIsNeverRetried(t *testing.T) {
 func TestLeaseLostCancelsContext(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	c := newClient(t, w.URL)
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "account:lost", "exec-1", 3*time.Second)
 	if err != nil {
@@ -213,7 +214,7 @@ func TestContextCancelledBeforeServerExpiry(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
-			c := lockclient.New(w.URL)
+			c := newClient(t, w.URL)
 			const name = "account:cut"
 			const ttl = 2 * time.Second
 			w.net.setSlow(modeSlow, 500*time.Millisecond) // the acquire's answer takes 0.5 s to come back
@@ -240,14 +241,15 @@ func TestContextCancelledBeforeServerExpiry(t *testing.T) {
 func TestFrozenPastExpiryThenThawed(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	pz := leasepause.New[*lockclient.Lease]()
+	c := newClient(t, w.URL, lockclient.WithPauser(pz))
 	const name = "account:frozen"
 	l, err := c.Acquire(context.Background(), name, "exec-1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Freeze()
-	l.Freeze() // twice is once
+	pz.Freeze(l)
+	pz.Freeze(l) // twice is once
 	before := w.lease(t, name)
 	// Past the local deadline (0.9 s) and lockdb's expiry (1 s).
 	mustStayLive(t, l, 1500*time.Millisecond)
@@ -258,12 +260,14 @@ func TestFrozenPastExpiryThenThawed(t *testing.T) {
 	if l.Err() != nil {
 		t.Fatalf("frozen lease has Err %v", l.Err())
 	}
-	l.Thaw()
+	pz.Thaw(l)
 	waitDone(t, l, 2*time.Second)
 	if err := l.Err(); !errors.Is(err, lockclient.ErrLeaseLost) {
 		t.Errorf("Err after a thaw past expiry = %v, want ErrLeaseLost (from the renewal)", err)
 	}
-	l.Thaw() // nothing left to thaw
+	if pz.Thaw(l) {
+		t.Error("the pauser still reaches a lease that has ended")
+	}
 
 	// The stale grant expired and another took over: releasing it is LEASE_LOST.
 	l2, err := c.Acquire(context.Background(), name, "exec-2", time.Second)
@@ -283,27 +287,28 @@ func TestFrozenPastExpiryThenThawed(t *testing.T) {
 func TestShortFreezeIsSurvived(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	pz := leasepause.New[*lockclient.Lease]()
+	c := newClient(t, w.URL, lockclient.WithPauser(pz))
 	const name = "account:nap"
 	l, err := c.Acquire(context.Background(), name, "exec-1", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Thaw() // not frozen: nothing happens
-	l.Freeze()
+	pz.Thaw(l) // not frozen: nothing happens
+	pz.Freeze(l)
 	first := w.lease(t, name).expires
 	time.Sleep(1200 * time.Millisecond) // past the renewal tick at 1 s: no renewal may go out
 	if now := w.lease(t, name).expires; !now.Equal(first) {
 		t.Fatalf("a frozen lease renewed: %s → %s", first, now)
 	}
-	l.Thaw()
+	pz.Thaw(l)
 	// Renewed at once on thaw: lockdb's expiry moves although the next tick is
 	// 0.8 s away.
 	testkit.Eventually(t, 500*time.Millisecond, "a renewal right after Thaw", func() bool {
 		return !w.lease(t, name).expires.Equal(first)
 	})
 	mustStayLive(t, l, 2*time.Second)
-	l.Freeze()
+	pz.Freeze(l)
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("Release of a frozen lease: %v", err)
 	}
@@ -317,15 +322,16 @@ func TestShortFreezeIsSurvived(t *testing.T) {
 func TestThawWithServerUnreachableExpires(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c := lockclient.New(w.URL)
+	pz := leasepause.New[*lockclient.Lease]()
+	c := newClient(t, w.URL, lockclient.WithPauser(pz))
 	l, err := c.Acquire(context.Background(), "account:rem", "exec-1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Freeze()
+	pz.Freeze(l)
 	w.net.set(modeDrop)
 	time.Sleep(300 * time.Millisecond)
-	l.Thaw()
+	pz.Thaw(l)
 	waitDone(t, l, 3*time.Second)
 	if !isExpired(l.Err()) {
 		t.Fatalf("Err = %v, want ErrExpired", l.Err())

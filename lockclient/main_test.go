@@ -64,6 +64,16 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// newClient is lockclient.New of a URL the test knows to be good.
+func newClient(t *testing.T, url string, opts ...lockclient.Option) *lockclient.Client {
+	t.Helper()
+	c, err := lockclient.New(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // serverLease is lockdb's view of a lock: its current token, expiry, and whether
 // that expiry is still ahead by lockdb's clock.
 type serverLease struct {

@@ -27,7 +27,7 @@ func TestAcquireFollowsNoRedirect(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	if l, err := lockclient.New(srv.URL).Acquire(context.Background(), "account:a", "o", time.Second); err == nil {
+	if l, err := newClient(t, srv.URL).Acquire(context.Background(), "account:a", "o", time.Second); err == nil {
 		_ = l.Release(context.Background())
 		t.Fatal("an acquire answered 307 succeeded")
 	}
@@ -43,7 +43,7 @@ func TestAcquireIgnoresEnvironmentProxy(t *testing.T) {
 	const url = "http://lock-server.invalid:8081"
 	testkit.EnvironmentProxyUnused(t, "LOCKCLIENT_ENV_PROXY_CHILD", url+"/v1/locks/account:a/acquire",
 		lockapi.Lease{LockName: "account:a", OwnerID: "o", Token: 1, TTLMs: 1000}, func() {
-			c := lockclient.New(url, lockclient.WithRequestTimeout(5*time.Second))
+			c := newClient(t, url, lockclient.WithRequestTimeout(5*time.Second))
 			if l, err := c.Acquire(context.Background(), "account:a", "o", time.Second); err == nil {
 				_ = l.Release(context.Background())
 			}

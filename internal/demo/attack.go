@@ -292,7 +292,10 @@ func (a *attack) honestPhase(ctx context.Context, done func(context.Context) boo
 // transit: one of the victim account, one of another account, both taken here
 // from lock-server as an honest holder would get them.
 func (a *attack) variants(ctx context.Context) ([]variant, error) {
-	lc := lockclient.New(a.st.LockServerURL, lockclient.WithTLSConfig(a.st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	lc, err := lockclient.New(a.st.LockServerURL, lockclient.WithTLSConfig(a.st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	if err != nil {
+		return nil, err
+	}
 	seen := func(account string) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

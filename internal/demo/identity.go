@@ -250,7 +250,7 @@ func (row IdentityRow) refusedAs(want string) bool {
 
 func (row IdentityRow) ok() bool { return row.Status >= 200 && row.Status < 300 }
 
-func (x *intruder) locks(name string) *lockclient.Client {
+func (x *intruder) locks(name string) (*lockclient.Client, error) {
 	return lockclient.New(x.st.LockServerURL, lockclient.WithTLSConfig(x.st.ClientTLS(name, identity.NameLockServer)))
 }
 
@@ -344,7 +344,11 @@ type held struct {
 func (x *intruder) hold(ctx context.Context, account, payout string, claim bool) (*held, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := x.locks(identity.NameExecutor).Acquire(cctx, lockapi.AccountLockName(account), identityOwner, identityTTL)
+	lc, err := x.locks(identity.NameExecutor)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lc.Acquire(cctx, lockapi.AccountLockName(account), identityOwner, identityTTL)
 	if err != nil {
 		return nil, fmt.Errorf("the executor's lease of %s: %w", account, err)
 	}

@@ -198,7 +198,11 @@ func runInsider(ctx context.Context, cfg Config, t insiderSite) (*InsiderResult,
 		return nil, fmt.Errorf("start the reconciler: %w", err)
 	}
 	a := newAttack(st, cfg, t.log)
-	in := &insider{attack: a, lc: lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))}
+	lc, err := lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	if err != nil {
+		return nil, err
+	}
+	in := &insider{attack: a, lc: lc}
 	res := &InsiderResult{BooksChecked: t.books}
 
 	// An honest executor presents settleVictim while the rail drops every reply:

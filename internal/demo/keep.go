@@ -55,7 +55,10 @@ func seedKeep(ctx context.Context, r *Result) (*keepSeed, error) {
 	if _, err := ops.Create(cctx, s.body); err != nil {
 		return nil, fmt.Errorf("create %s: %w", keepPayout, err)
 	}
-	lc := lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	lc, err := lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	if err != nil {
+		return nil, err
+	}
 	// The lease outlives cctx (only its values are kept): it renews itself until
 	// Result.Close releases it.
 	l, err := lc.Acquire(context.WithoutCancel(cctx), lockapi.AccountLockName(keepAccount), keepOwner, keepTTL)

@@ -235,7 +235,8 @@ func TestDuplicateOfAnotherBeneficiaryIsNotAdopted(t *testing.T) {
 	ctx := context.Background()
 	ps := createPayouts(t, st, "nb3", 1, 1)
 	p := ps[0]
-	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "insider", 5*time.Second)
+	locks, _ := locksAs(t, st, identity.NameExecutor)
+	lease, err := locks.Acquire(ctx, lockapi.AccountLockName(p.AccountID), "insider", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,8 @@ func TestReconcileDoesNotAdoptAMismatchingRecordedOutcome(t *testing.T) {
 	st, _ := startStack(t, booksOff)
 	ctx := context.Background()
 	p := createPayouts(t, st, "nb4", 1, 1)[0]
-	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(p.AccountID), "ghost", time.Second)
+	locks, pauser := locksAs(t, st, identity.NameExecutor)
+	lease, err := locks.Acquire(ctx, lockapi.AccountLockName(p.AccountID), "ghost", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +305,7 @@ func TestReconcileDoesNotAdoptAMismatchingRecordedOutcome(t *testing.T) {
 	if status, code := present(t, st, redirected, lease, "ghost"); status != http.StatusOK {
 		t.Fatalf("the ghost's submission was answered %d %s, want 200 with the books off", status, code)
 	}
-	lease.Freeze() // the holder is gone: no renewal, no release
+	pauser.Freeze(lease) // the holder is gone: no renewal, no release
 
 	r := startExecutor(t, st, "rescuer", func(c *executor.Config) { c.Workers = 1; c.LeaseTTL = time.Second; debugLogs(c) })
 	waitStaleSeen(t, r, 5)

@@ -206,13 +206,13 @@ func (e *executor) submitAndSettle(ctx context.Context, lease *lockclient.Lease,
 func (e *executor) pause(ctx context.Context, lease *lockclient.Lease, p lockapi.Payout) bool {
 	e.log.Warn("pausing between claim and submit", "event", "executor_pause", "payoutId", p.PayoutID,
 		"accountId", p.AccountID, "token", lease.Token(), "pause", e.cfg.Pause.String(), "hook", e.cfg.PauseHook != nil)
-	lease.Freeze()
+	e.pauser.Freeze(lease)
 	if e.cfg.PauseHook != nil {
 		e.cfg.PauseHook(ctx, p.PayoutID)
 	} else {
 		sleep(ctx, e.cfg.Pause)
 	}
-	lease.Thaw()
+	e.pauser.Thaw(lease)
 	e.m.pauses.Inc()
 	if ctx.Err() != nil {
 		e.log.Info("stopping: cycle abandoned after a pause, nothing submitted", "event", "cycle_abandoned",

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"lock.dev/internal/identity"
+	"lock.dev/internal/leasepause"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/serve"
 	"lock.dev/internal/service"
@@ -41,6 +42,7 @@ type executor struct {
 	log     *slog.Logger
 	m       *metrics
 	locks   *lockclient.Client
+	pauser  *leasepause.Pauser[*lockclient.Lease] // freezes a paused cycle's lease
 	payouts *payment.Client
 	proxy   *proxyClient
 
@@ -78,7 +80,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	e := newExecutor(cfg, logger, m, peers)
+	e, err := newExecutor(cfg, logger, m, peers)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	defer e.close()
 
 	// No db component: the executor owns no database. It is ready while its
@@ -190,7 +196,7 @@ func resolvePeers(sv *service.Service, cfg Config) (peerTLS, error) {
 	}, nil
 }
 
-func newExecutor(cfg Config, logger *slog.Logger, m *metrics, peers peerTLS) *executor {
+func newExecutor(cfg Config, logger *slog.Logger, m *metrics, peers peerTLS) (*executor, error) {
 	// Each worker and the reconcile pass may hold one connection to each
 	// service. Every client has a transport of its own sized so, rather than
 	// Go's default (two idle connections per host): with mutual TLS a
@@ -202,26 +208,34 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics, peers peerTLS) *ex
 	// Redirects are not followed: a 307/308 would resend an acquire or renew to
 	// an address nobody configured.
 	lockHTTP := &http.Client{Transport: newTransport(idle, peers.lock), CheckRedirect: noRedirect}
+	// The pauser is how pause freezes a cycle's lease (cycle.go).
+	pauser := leasepause.New[*lockclient.Lease]()
+	locks, err := lockclient.New(cfg.LockServerURL,
+		lockclient.WithHTTPClient(lockHTTP),
+		lockclient.WithRequestTimeout(cfg.requestTimeout()),
+		lockclient.WithLogger(logger),
+		lockclient.WithPauser(pauser))
+	if err != nil {
+		return nil, fmt.Errorf("executor: LOCK_SERVER_URL: %w", err)
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Int64()
 	}
 	return &executor{
-		seed: seed,
-		rnd:  rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>1|1)),
-		cfg:  cfg,
-		log:  logger,
-		m:    m,
-		locks: lockclient.New(cfg.LockServerURL,
-			lockclient.WithHTTPClient(lockHTTP),
-			lockclient.WithRequestTimeout(cfg.requestTimeout()),
-			lockclient.WithLogger(logger)),
+		seed:     seed,
+		rnd:      rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>1|1)),
+		cfg:      cfg,
+		log:      logger,
+		m:        m,
+		locks:    locks,
+		pauser:   pauser,
 		payouts:  pc,
 		proxy:    newProxyClient(cfg.RailProxyURL, idle, peers.proxy),
 		busy:     map[string]bool{},
 		person:   map[string]personHold{},
 		lockHTTP: lockHTTP,
-	}
+	}, nil
 }
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

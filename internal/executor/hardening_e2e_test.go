@@ -231,7 +231,8 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := locksAs(st, identity.NameExecutor).Acquire(ctx, lockapi.AccountLockName(acct), "ghost", 2*time.Second)
+	locks, pauser := locksAs(t, st, identity.NameExecutor)
+	lease, err := locks.Acquire(ctx, lockapi.AccountLockName(acct), "ghost", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestReconcileSettlesLostAttemptAmongAMillionRows(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the lost attempt was answered %d", resp.StatusCode)
 	}
-	lease.Freeze() // the claimant is gone: no renewal, no release
+	pauser.Freeze(lease) // the claimant is gone: no renewal, no release
 
 	ex := startExecutor(t, st, "reconciler", func(c *executor.Config) { c.Workers = 1 })
 	testkit.EventuallyState(t, 60*time.Second, p+" settled", func() (bool, string) {

@@ -14,6 +14,7 @@ import (
 
 	"lock.dev/internal/executor"
 	"lock.dev/internal/identity"
+	"lock.dev/internal/leasepause"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/pgtest"
 	"lock.dev/internal/railstub"
@@ -162,9 +163,16 @@ func paymentsAs(st *stack.Stack, name string) *payment.Client {
 	return payment.NewTLSClient(st.PaymentURL, st.ClientTLS(name, identity.NamePaymentResource))
 }
 
-// locksAs is a client of lock-server calling as workload name.
-func locksAs(st *stack.Stack, name string) *lockclient.Client {
-	return lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(name, identity.NameLockServer)))
+// locksAs is a client of lock-server calling as workload name, whose leases
+// the returned pauser can freeze.
+func locksAs(t *testing.T, st *stack.Stack, name string) (*lockclient.Client, *leasepause.Pauser[*lockclient.Lease]) {
+	t.Helper()
+	p := leasepause.New[*lockclient.Lease]()
+	c, err := lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(name, identity.NameLockServer)), lockclient.WithPauser(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, p
 }
 
 // runningExecutor is an executor running in this process.

@@ -77,7 +77,10 @@ func newTestExecutor(t *testing.T, proxyURL string) *executor {
 	cfg.LogOutput = io.Discard
 	// Plaintext to the test's own server: about answers, not identity
 	// (docs/contracts/workload-identity.md).
-	e := newExecutor(cfg, discardLogger(), m, peerTLS{})
+	e, err := newExecutor(cfg, discardLogger(), m, peerTLS{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(e.close)
 	return e
 }

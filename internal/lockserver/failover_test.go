@@ -72,7 +72,10 @@ func TestGrantNotDurableIsNotGranted(t *testing.T) {
 		lease *lockclient.Lease
 		err   error
 	}
-	c := lockclient.New(s.URL)
+	c, err := lockclient.New(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan acq, 1)
 	go func() {
 		l, err := c.Acquire(context.Background(), "account:client", "owner-client", 10*time.Second)

@@ -90,10 +90,14 @@ func newEnv(t testing.TB, opts stack.Options) *env {
 			t.Errorf("stop the system: %v", err)
 		}
 	})
+	locks, err := lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{st: st, logs: &logcapture.Buffer{},
 		creator:  payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NamePayoutCreator, identity.NamePaymentResource)),
 		payments: payment.NewTLSClient(st.PaymentURL, st.ClientTLS(identity.NameExecutor, identity.NamePaymentResource)),
-		locks:    lockclient.New(st.LockServerURL, lockclient.WithTLSConfig(st.ClientTLS(identity.NameExecutor, identity.NameLockServer))),
+		locks:    locks,
 		rail:     railstub.NewTLSClient(st.StubURL, st.ClientTLS(identity.NameRailProxy, identity.NameRailStub))}
 	e.cfg = reconcile.DefaultConfig()
 	// The passes run as the reconciler workload: its SVID, or UNSAFE_NO_AUTH on

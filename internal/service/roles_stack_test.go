@@ -67,7 +67,11 @@ func TestTheServicesRunOnTheirOwnLogins(t *testing.T) {
 	if _, err := pay.Create(ctx, req); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	lease, err := lockclient.New(s.LockServerURL).Acquire(ctx, "account:"+req.AccountID, owner, 10*time.Second)
+	lc, err := lockclient.New(s.LockServerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := lc.Acquire(ctx, "account:"+req.AccountID, owner, 10*time.Second)
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}

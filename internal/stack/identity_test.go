@@ -70,7 +70,10 @@ func TestStackRunsWithIdentitiesAndTheTapCallsAsTheCaller(t *testing.T) {
 	}
 
 	tapURL := s.ServiceURLs()["LOCK_SERVER_URL"]
-	lc := lockclient.New(tapURL, lockclient.WithTLSConfig(s.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	lc, err := lockclient.New(tapURL, lockclient.WithTLSConfig(s.ClientTLS(identity.NameExecutor, identity.NameLockServer)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lease, err := lc.Acquire(ctx, "account:acct-01", "exec-a", 10*time.Second)
 	if err != nil {
 		t.Fatalf("the executor acquires through the tap: %v", err)
@@ -81,7 +84,10 @@ func TestStackRunsWithIdentitiesAndTheTapCallsAsTheCaller(t *testing.T) {
 		t.Errorf("the tap recorded %+v, want token %d of account:acct-01", issued, lease.Token())
 	}
 
-	ops := lockclient.New(tapURL, lockclient.WithTLSConfig(s.ClientTLS(identity.NameOps, identity.NameLockServer)))
+	ops, err := lockclient.New(tapURL, lockclient.WithTLSConfig(s.ClientTLS(identity.NameOps, identity.NameLockServer)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = ops.Acquire(ctx, "account:acct-02", "ops-a", 10*time.Second)
 	var le *lockclient.Error
 	if !errors.As(err, &le) || le.Status != http.StatusForbidden || le.Code != lockapi.CodeForbidden {
