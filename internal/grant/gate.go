@@ -7,19 +7,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lock.dev/fence"
 	"lock.dev/internal/identity"
 	"lock.dev/lockapi"
 )
 
 // Challenge is the WWW-Authenticate header of every 401 GRANT_REJECTED.
-const Challenge = `LockGrant realm="lock.dev"`
+const Challenge = fence.Challenge
 
 // Gate is the grant check a fence point runs on each fenced request, after the
 // request's own validation (a malformed request stays 400) and before anything
 // is written or forwarded. Without a key set it lets every request through
 // (tokens unverified), and says so at start-up. It is safe for concurrent use.
 type Gate struct {
-	verifier *Verifier // nil: grants are not verified
+	verifier *fence.Verifier // nil: grants are not verified
 	rejected *prometheus.CounterVec
 	// withoutWid counts grants accepted without wid (GRANT_WID_REQUIRED=false,
 	// a rolling upgrade): when it stays at zero the setting can be turned on.
@@ -67,7 +68,7 @@ func NewGate(keys *KeySet, cacheSize int, reg prometheus.Registerer, logger *slo
 		g.rejected.WithLabelValues(r)
 	}
 	if keys != nil {
-		v, err := NewVerifier(keys, cacheSize)
+		v, err := fence.NewVerifier(keys, cacheSize)
 		if err != nil {
 			return nil, err
 		}
@@ -116,52 +117,51 @@ func (g *Gate) Check(w http.ResponseWriter, r *http.Request, f Fenced) bool {
 	if !g.Verifying() {
 		return true
 	}
-	var rej *Rejection
+	var err error
 	var c Claims
 	switch vs := r.Header.Values(lockapi.HeaderFencingGrant); {
 	case len(vs) > 1:
 		// A second grant is a second opinion about who presents which token.
-		rej = reject(ReasonMalformed, "X-Fencing-Grant must appear exactly once")
+		err = &Rejection{Reason: ReasonMalformed, Detail: "X-Fencing-Grant must appear exactly once"}
 	case len(vs) == 0:
-		rej = g.verifier.Verify("", Presented{})
+		_, err = g.verifier.Verify("", Presented{})
 	default:
-		c, rej = g.verifier.VerifyClaims(vs[0], Presented{Lock: lockapi.AccountLockName(f.AccountID), Token: f.Token, Owner: f.OwnerID})
+		c, err = g.verifier.Verify(vs[0], Presented{Lock: lockapi.AccountLockName(f.AccountID), Token: f.Token, Owner: f.OwnerID})
 	}
-	if rej == nil && g.workloadBound {
-		rej = g.checkWorkload(r, c, f)
+	if err == nil && g.workloadBound {
+		err = g.checkWorkload(r, c, f)
 	}
-	if rej == nil {
+	if err == nil {
 		return true
+	}
+	rej, ok := err.(*Rejection) // the kit answers nothing else
+	if !ok {
+		rej = &Rejection{Reason: ReasonMalformed, Detail: err.Error()}
 	}
 	g.rejected.WithLabelValues(rej.Reason).Inc()
 	g.logger.Warn("grant rejected: nothing written, nothing forwarded", "event", "grant_rejected",
 		"reason", rej.Reason, "accountId", f.AccountID, "payoutId", f.PayoutID, "ownerId", f.OwnerID,
 		"presentedToken", f.Token, "route", r.Pattern, "detail", rej.Detail)
-	w.Header().Set("WWW-Authenticate", Challenge)
-	lockapi.WriteProblem(w, lockapi.NewProblemCode(lockapi.CodeGrantRejected,
-		rej.Detail, map[string]any{"reason": rej.Reason}))
+	fence.WriteRejection(w, rej)
 	return false
 }
 
-// checkWorkload compares the verified grant's wid with r's caller.
-func (g *Gate) checkWorkload(r *http.Request, c Claims, f Fenced) *Rejection {
+// checkWorkload compares the verified grant's wid with r's caller
+// (fence.MatchWorkload). The caller's identity is identity.PeerID's, not the
+// kit's: the project's servers terminate TLS in their own listener, so r.TLS is
+// nil there. A grant without wid accepted under GRANT_WID_REQUIRED=false is
+// logged and counted here, the project's own part.
+func (g *Gate) checkWorkload(r *http.Request, c Claims, f Fenced) error {
 	peer, err := identity.PeerID(r)
 	caller := ""
 	if err == nil {
 		caller = peer.String()
 	}
-	switch {
-	case c.Workload == "" && g.widRequired:
-		return reject(ReasonWorkloadMismatch, "the grant names no workload (wid), and this service requires one")
-	case c.Workload == "":
+	if c.Workload == "" && !g.widRequired {
 		g.withoutWid.Inc()
 		g.logger.Info("grant accepted without wid: GRANT_WID_REQUIRED is false; it names no workload, so any workload holding it may use it",
 			"event", "grant_without_wid", "accountId", f.AccountID, "ownerId", f.OwnerID, "presentedToken", f.Token, "identity", caller)
 		return nil
-	case err != nil:
-		return reject(ReasonWorkloadMismatch, "the caller presents no verified workload identity")
-	case c.Workload != caller:
-		return reject(ReasonWorkloadMismatch, "the grant was not granted to workload %s (the caller)", caller)
 	}
-	return nil
+	return fence.MatchWorkload(c, caller, g.widRequired)
 }

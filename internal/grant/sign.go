@@ -8,6 +8,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"lock.dev/fence"
 )
 
 // Signer is lock-server's side: it signs a grant for each lease it hands out. It
@@ -20,7 +22,7 @@ import (
 // byte"), without lockdb having to store it.
 type Signer struct {
 	kid    string
-	public ed25519.PublicKey
+	public *KeySet
 	signer jose.Signer
 }
 
@@ -33,25 +35,24 @@ func NewSigner(key ed25519.PrivateKey) (*Signer, error) {
 	if !ok {
 		return nil, fmt.Errorf("not an Ed25519 key")
 	}
-	kid, err := KeyID(pub)
+	set, err := fence.NewKeySet(pub)
 	if err != nil {
 		return nil, err
 	}
+	kid := set.IDs()[0]
 	opts := (&jose.SignerOptions{}).WithType(Type)
 	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("grant signer: %w", err)
 	}
-	return &Signer{kid: kid, public: pub, signer: s}, nil
+	return &Signer{kid: kid, public: set, signer: s}, nil
 }
 
 // KeyID is the id of the signing key, the kid of every grant it signs.
 func (s *Signer) KeyID() string { return s.kid }
 
 // PublicKeys is the set holding the signing key's public half.
-func (s *Signer) PublicKeys() *KeySet {
-	return &KeySet{keys: []PublicKey{{ID: s.kid, Key: s.public}}}
-}
+func (s *Signer) PublicKeys() *KeySet { return s.public }
 
 // wireClaims is the claims object in the order it is written.
 type wireClaims struct {

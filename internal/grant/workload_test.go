@@ -230,13 +230,13 @@ func TestWidClaim(t *testing.T) {
 	if got, want := decodePart(t, g, 1), `{"iss":"lock-server","lock":"account:acct-1","tok":"42","sub":"executor-1","iat":1700000000,"wid":"spiffe://lock.dev/executor"}`; got != want {
 		t.Errorf("claims %s\nwant   %s", got, want)
 	}
-	c, r := v.VerifyClaims(g, p)
+	c, r := v.Verify(g, p)
 	if r != nil || c.Workload != "spiffe://lock.dev/executor" {
 		t.Fatalf("a grant with wid: %v, claims %+v", r, c)
 	}
 	for name, wid := range map[string]any{"a number": 7, "empty": "", "not a SPIFFE ID": "executor", "null": nil, "an object": map[string]string{}} {
 		bad := mustOf(t)(forgeWith(k, p, "wid", wid))
-		if r := v.Verify(bad, p); r == nil || r.Reason != grant.ReasonMalformed {
+		if r := refusal(v.Verify(bad, p)); r == nil || r.Reason != grant.ReasonMalformed {
 			t.Errorf("wid %s: %v, want malformed", name, r)
 		}
 	}

@@ -57,10 +57,10 @@ func TestAcquireAnswersASignedGrant(t *testing.T) {
 	if l.Grant == "" {
 		t.Fatal("the acquire answered no grant")
 	}
-	if r := v.Verify(l.Grant, grant.Presented{Lock: name, Token: l.Token, Owner: "executor-1"}); r != nil {
+	if _, r := v.Verify(l.Grant, grant.Presented{Lock: name, Token: l.Token, Owner: "executor-1"}); r != nil {
 		t.Fatalf("the grant does not verify with keygen's key set: %v", r)
 	}
-	if r := v.Verify(l.Grant, grant.Presented{Lock: name, Token: l.Token + 1, Owner: "executor-1"}); r == nil {
+	if _, r := v.Verify(l.Grant, grant.Presented{Lock: name, Token: l.Token + 1, Owner: "executor-1"}); r == nil {
 		t.Fatal("the grant also verifies for the next token")
 	}
 
@@ -85,7 +85,7 @@ func TestAcquireAnswersASignedGrant(t *testing.T) {
 		t.Errorf("GET of a released lock: held %v grant %v, want no grant", st.Held, st.Grant)
 	}
 	l2 := mustAcquire(t, s.URL, name, "executor-2", 60_000)
-	if l2.Grant == l.Grant || v.Verify(l2.Grant, grant.Presented{Lock: name, Token: l2.Token, Owner: "executor-2"}) != nil {
+	if _, r := v.Verify(l2.Grant, grant.Presented{Lock: name, Token: l2.Token, Owner: "executor-2"}); l2.Grant == l.Grant || r != nil {
 		t.Error("the next grant is not a fresh, valid grant of the next token")
 	}
 }
@@ -137,7 +137,7 @@ func TestKeysPublishesCurrentAndPreviousKeys(t *testing.T) {
 	}
 	v, _ := grant.NewVerifier(served, 0)
 	l := mustAcquire(t, s.URL, "account:b", "o", 5000)
-	if r := v.Verify(l.Grant, grant.Presented{Lock: "account:b", Token: l.Token, Owner: "o"}); r != nil {
+	if _, r := v.Verify(l.Grant, grant.Presented{Lock: "account:b", Token: l.Token, Owner: "o"}); r != nil {
 		t.Error(r)
 	}
 }

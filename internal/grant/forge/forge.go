@@ -15,6 +15,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"lock.dev/fence"
 	"lock.dev/internal/grant"
 )
 
@@ -110,7 +111,7 @@ func OwnKey(key ed25519.PrivateKey, lock string, token int64, owner string) (str
 	if !ok {
 		return "", fmt.Errorf("forge: not an Ed25519 key")
 	}
-	kid, err := grant.KeyID(pub)
+	kid, err := fence.KeyID(pub)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package grant
+package fence
 
 import (
 	"encoding/base64"
@@ -16,23 +16,22 @@ import (
 
 // DefaultCacheSize is how many verified grants a Verifier remembers. A grant is
 // verified once per lease and then presented with each of the lease's calls, so
-// the cache needs room for the leases live at once (one per account being worked,
-// renewals keep the same grant) — a few thousand is many times that, at about
-// half a kilobyte each.
+// the cache needs room for the leases live at once (renewals keep the same
+// grant) — a few thousand is many times that, at about half a kilobyte each.
 const DefaultCacheSize = 4096
 
 // allowedAlgorithms is the whole list go-jose may accept: EdDSA, never "none",
 // never an HMAC that could be "signed" with the public key as its secret.
 var allowedAlgorithms = []jose.SignatureAlgorithm{jose.EdDSA}
 
-// Verifier is a fence point's side: it checks a grant against the key set and
-// against what the request presents, in the order of
-// docs/contracts/signed-grants.md. It is safe for concurrent use.
+// Verifier checks a grant against its key set and against what the request
+// presents, in the order of docs/contracts/signed-grants.md. It is safe for
+// concurrent use.
 type Verifier struct {
 	cacheSize int
 	// cur is the key set and the cache of grants verified with it, swapped
 	// together: a grant remembered under a set is never believed under the next
-	// one, so a key removed from the file stops passing at the swap.
+	// one, so a key removed from the set stops passing at the swap.
 	cur atomic.Pointer[keyed]
 }
 
@@ -59,8 +58,9 @@ func NewVerifier(keys *KeySet, cacheSize int) (*Verifier, error) {
 // Keys is the set grants are verified with.
 func (v *Verifier) Keys() *KeySet { return v.cur.Load().keys }
 
-// SetKeys verifies with keys from now on, with an empty cache: no grant
-// verified under the previous set passes without being verified again.
+// SetKeys verifies with keys from now on (a key set file re-read after a
+// rotation), with an empty cache: no grant verified under the previous set
+// passes without being verified again.
 func (v *Verifier) SetKeys(keys *KeySet) error {
 	if keys.Len() == 0 {
 		return errors.New("grant verifier: no key to verify with")
@@ -69,25 +69,30 @@ func (v *Verifier) SetKeys(keys *KeySet) error {
 	return nil
 }
 
-// Verify checks grant g against what the request presents. It returns nil when g is
-// a grant lock-server signed, with one of the set's keys, of p.Token on p.Lock to
-// p.Owner; otherwise the first reason of the order of
-// docs/contracts/signed-grants.md that applies.
+// Verify checks grant g against what the request presents. It returns the
+// grant's claims when g is a grant lock-server signed, with one of the set's
+// keys, of p.Token on p.Lock to p.Owner; otherwise a *Rejection with the first
+// reason of the order of docs/contracts/signed-grants.md that applies.
+//
+// Verify does not compare the grant's workload (wid): that takes the caller's
+// verified identity, which MatchWorkload and Middleware compare.
 //
 // The signature is checked once per grant string: a grant that verified is
 // remembered with its claims, and a later request presenting the same string only
-// has its lock, token and owner compared — so a remembered grant of one account
+// has its lock, token and owner compared — so a remembered grant of one lock
 // or token or owner passes for no other. Only grants that verified (signature and
 // issuer) are remembered: a caller without lock-server's key cannot put anything
 // in the cache, nor push a real grant out of it.
-func (v *Verifier) Verify(g string, p Presented) *Rejection {
-	_, r := v.VerifyClaims(g, p)
-	return r
+func (v *Verifier) Verify(g string, p Presented) (Claims, error) {
+	c, r := v.verify(g, p)
+	if r != nil {
+		// Never a nil *Rejection in a non-nil error.
+		return Claims{}, r
+	}
+	return c, nil
 }
 
-// VerifyClaims is Verify, returning the grant's claims when it passes (the gate
-// compares their wid with the caller's workload).
-func (v *Verifier) VerifyClaims(g string, p Presented) (Claims, *Rejection) {
+func (v *Verifier) verify(g string, p Presented) (Claims, *Rejection) {
 	if g == "" {
 		return Claims{}, reject(ReasonMissing, "X-Fencing-Grant is required with X-Fencing-Token")
 	}
