@@ -153,3 +153,38 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("after SIGTERM: exit %d", testkit.ExitCode(err))
 	}
 }
+
+// `reconciler exceptions` as the binary runs it (docs/operations/reconciliation-exceptions.md):
+// help says a decision moves nothing and exits 0; on a paydb that is behind it
+// exits 1 naming `reconciler migrate`; then list answers, and a refused
+// resolve (an unknown id, a missing --by) exits 2 with one line.
+func TestExceptionsSubcommand(t *testing.T) {
+	t.Parallel()
+	stdout, _, code := testkit.RunMain(runMainEnv, nil, "exceptions", "help")
+	if code != 0 || !strings.Contains(stdout, "never settles or unsettles") || !strings.Contains(stdout, "PAYDB_URL") ||
+		!strings.Contains(stdout, "written-off") {
+		t.Fatalf("exceptions help: exit %d\n%s", code, stdout)
+	}
+	dbURL := pgtest.EmptyURL(t)
+	env := []string{"PAYDB_URL=" + dbURL}
+	if _, stderr, code := testkit.RunMain(runMainEnv, env, "exceptions", "list"); code != 1 || !strings.Contains(stderr, "reconciler migrate") {
+		t.Fatalf("list on an empty paydb: exit %d, %q", code, stderr)
+	}
+	if err := testkit.MainCommand(runMainEnv, env, "migrate").Run(); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if stdout, stderr, code := testkit.RunMain(runMainEnv, env, "exceptions", "list"); code != 0 || !strings.Contains(stdout, "0 open exceptions") {
+		t.Fatalf("list: exit %d, %q %q", code, stdout, stderr)
+	}
+	for _, args := range [][]string{
+		{"exceptions", "resolve", "7", "--decision", "refunded", "--by", "alice", "--note", "recalled"},
+		{"exceptions", "resolve", "7", "--decision", "refunded", "--note", "recalled"},
+		{"exceptions", "frobnicate"},
+		{"exceptions"},
+	} {
+		_, stderr, code := testkit.RunMain(runMainEnv, env, args...)
+		if code != 2 || stderr == "" || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, code, stderr)
+		}
+	}
+}

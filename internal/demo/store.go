@@ -25,7 +25,7 @@ SELECT count(*) FILTER (WHERE outcome IS NULL OR outcome IN ('ACKED','REJECTED',
   FROM rail_submission`
 	selectPaydbRows  = `SELECT (SELECT count(*) FROM payout) + (SELECT count(*) FROM rail_submission) + (SELECT count(*) FROM rail_high_water)`
 	selectLockdbRows = `SELECT count(*) FROM lock_lease`
-	truncatePaydb    = `TRUNCATE ledger_entry, payout_settlement, payout_history, payout, rail_submission, rail_high_water, rail_statement_line, reconciliation_exception, reconciler_cursor`
+	truncatePaydb    = `TRUNCATE ledger_entry, payout_settlement, payout_history, payout, rail_submission, rail_high_water, rail_statement_line, reconciliation_decision, reconciliation_exception, reconciler_cursor`
 	truncateLockdb   = `TRUNCATE lock_grant, lock_lease`
 )
 

@@ -9,9 +9,9 @@
 -- next run. The statements before the first "-- role:" line run once; each
 -- "-- role: SETTING" section runs for the login that setting names, written
 -- {{role}} (in a DO block: current_setting('lockdev.grant_role')). No login
--- gets DELETE or TRUNCATE: rail_submission, ledger_entry, payout_history and
--- rail_statement_line are audit tables, and no service removes a row of any
--- other. Identity columns draw their values without a grant on their sequences
+-- gets DELETE or TRUNCATE: rail_submission, ledger_entry, payout_history,
+-- rail_statement_line and reconciliation_decision are audit tables, and no
+-- service removes a row of any other. Identity columns draw their values without a grant on their sequences
 -- (rail-proxy's group admission draws its own). The functions are SECURITY
 -- INVOKER: the caller's grants on the tables they touch are what they may do.
 
@@ -65,3 +65,15 @@ GRANT SELECT ON statement_coverage TO {{role}};
 GRANT SELECT, INSERT ON rail_statement_line, reconciliation_exception, statement_file TO {{role}};
 GRANT SELECT, INSERT, UPDATE ON reconciler_cursor, statement_coverage TO {{role}};
 GRANT SELECT ON payout, rail_submission TO {{role}};
+
+-- role: PAYDB_ROLE_OPERATOR
+-- the operators' login, for `reconciler exceptions` (internal/reconcile/decisionstore.go):
+-- it reads an exception and its context — the payout, its history and
+-- settlement, its attempts, the statement lines and files — and records a
+-- decision beside it. It inserts the decision's own four columns only:
+-- decided_login and decided_at keep their defaults (the login, paydb's clock),
+-- and no decision is ever updated or removed. It moves no payout and writes no
+-- exception, statement line or cursor.
+GRANT SELECT ON reconciliation_exception, reconciliation_decision, payout, payout_history, payout_settlement,
+    rail_statement_line, rail_submission, statement_file TO {{role}};
+GRANT INSERT (exception_id, decision, decided_by, note) ON reconciliation_decision TO {{role}};

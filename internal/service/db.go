@@ -56,8 +56,10 @@ func (r Roles) Login(env string) string {
 }
 
 // RoleSettings are the role settings of each tree, by database.
+// PAYDB_ROLE_OPERATOR is the operators' login for `reconciler exceptions`, not
+// a service's: it reads the exceptions' context and records decisions.
 var RoleSettings = map[string][]string{
-	"paydb":  {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER"},
+	"paydb":  {"PAYDB_ROLE_RAIL_PROXY", "PAYDB_ROLE_PAYMENT", "PAYDB_ROLE_RECONCILER", "PAYDB_ROLE_OPERATOR"},
 	"lockdb": {"LOCKDB_ROLE_LOCK_SERVER"},
 }
 
