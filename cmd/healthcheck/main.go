@@ -29,13 +29,25 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// usage is what --help prints, and a wrong call prints on stderr.
+const usage = `usage: healthcheck URL
+  GET URL (http or https, no redirects followed, 3 s at most) and exit 0 when it
+  answers 200, 1 otherwise; 2 for a wrong call. --version prints the version.
+`
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if version.Requested(args) {
 		fmt.Fprintln(stdout, version.String())
 		return 0
 	}
+	// Asking for help is not a wrong call: the usage on stdout, exit 0, as every
+	// other lock.dev binary answers --help.
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-help" || args[0] == "-h") {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: healthcheck URL   (exit 0 when URL answers 200)")
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	u, err := url.Parse(args[0])

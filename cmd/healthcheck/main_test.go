@@ -60,6 +60,17 @@ func TestHealthcheck(t *testing.T) {
 	}
 }
 
+// --help, -help and -h are a request for the usage, not a URL that fails to
+// parse: the usage on stdout and exit 0, nothing on stderr.
+func TestHealthcheckHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-help", "-h"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{arg}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: healthcheck URL") || stderr.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want the usage on stdout and exit 0", arg, code, stdout.String(), stderr.String())
+		}
+	}
+}
+
 func TestHealthcheckVersion(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || stdout.String() != "dev\n" {
