@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -26,7 +27,8 @@ func Certs(args []string, stdout io.Writer) error {
 	out := fs.String("out", "", "directory to write the authority and the SVIDs to (created 0700 if needed)")
 	td := fs.String("trust-domain", identity.DefaultTrustDomain, "the SPIFFE trust domain")
 	names := fs.String("names", strings.Join(identity.DefaultNames(), ","), "the workloads to issue SVIDs for, comma-separated")
-	valid := fs.Duration("valid", identity.DefaultValid, "the SVIDs' lifetime (the authority lives ten times as long)")
+	valid := new(time.Duration)
+	serve.DurationFlag(fs, valid, "valid", identity.DefaultValid, "the SVIDs' lifetime (the authority lives ten times as long)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "Usage: lock-server certs --out DIR [--trust-domain %s] [--names a,b,…] [--valid %s]\n\n"+

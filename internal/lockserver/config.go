@@ -176,6 +176,11 @@ func ParseConfig(args []string, getenv func(string) string) (string, Config, err
 	return parseConfig(args, getenv, nil)
 }
 
+// ParseConfigTo is ParseConfig with the usage written to usage.
+func ParseConfigTo(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
+	return parseConfig(args, getenv, usage)
+}
+
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (string, Config, error) {
 	cfg := DefaultConfig()
 	if cmd, _ := serve.SplitCommand(args, CmdServe); cmd == CmdKeygen || cmd == CmdCerts {

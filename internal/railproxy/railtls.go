@@ -45,9 +45,9 @@ type RailTLS struct {
 
 // bindRailTLS binds the rail hop's TLS settings.
 func bindRailTLS(s *serve.Settings, p *RailTLS) {
-	s.String(&p.ID, "RAIL_ID", "", "SPIFFE ID the rail must present over mutual TLS; (default: spiffe://{this workload's trust domain}/rail-stub)")
-	s.String(&p.ServerName, "RAIL_TLS_SERVER_NAME", "", "a real rail (no SPIFFE workload): ordinary TLS, TLS 1.2 allowed, this host name verified; (default: none, the rail is verified by RAIL_ID)")
-	s.String(&p.CAFile, "RAIL_TLS_CA_FILE", "", "with RAIL_TLS_SERVER_NAME: the roots the real rail's certificate is verified against, PEM; (default: the system roots)")
+	s.String(&p.ID, "RAIL_ID", "", "SPIFFE ID the rail must present over mutual TLS; empty: spiffe://{this workload's trust domain}/rail-stub")
+	s.String(&p.ServerName, "RAIL_TLS_SERVER_NAME", "", "a real rail (no SPIFFE workload): ordinary TLS, TLS 1.2 allowed, this host name verified; empty: none, the rail is verified by RAIL_ID")
+	s.String(&p.CAFile, "RAIL_TLS_CA_FILE", "", "with RAIL_TLS_SERVER_NAME: the roots the real rail's certificate is verified against, PEM; empty: the system roots")
 	s.String(&p.CertFile, "RAIL_TLS_CERT_FILE", "", "with RAIL_TLS_SERVER_NAME: client certificate presented to the real rail, PEM, re-read when it changes")
 	s.String(&p.KeyFile, "RAIL_TLS_KEY_FILE", "", "with RAIL_TLS_SERVER_NAME: the client certificate's key, PEM")
 }

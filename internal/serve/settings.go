@@ -41,7 +41,9 @@ type Settings struct {
 	stdout   io.Writer // where --version is answered; nil means os.Stdout
 }
 
-type binding struct{ env, flag string }
+// binding is one setting: its variable, its flag, and its value's kind for the
+// usage ("string", "int", "float", "bool", "duration").
+type binding struct{ env, flag, kind string }
 
 // NewSettings starts the settings of the command name. getenv is os.Getenv in
 // production and a map in tests.
@@ -54,40 +56,71 @@ func NewSettings(name string, getenv func(string) string) *Settings {
 // FlagName is the flag that goes with environment variable env.
 func FlagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
 
-func (s *Settings) bind(env, usage string) (string, string) {
+func (s *Settings) bind(env, kind string) string {
 	name := FlagName(env)
-	s.bindings = append(s.bindings, binding{env: env, flag: name})
-	return name, fmt.Sprintf("%s (env %s)", usage, env)
+	s.bindings = append(s.bindings, binding{env: env, flag: name, kind: kind})
+	return name
 }
 
-// String binds a string setting.
+// String binds a string setting. Its usage says what it is for; Usage adds the
+// variable, the kind and the default, so the usage does not repeat them.
 func (s *Settings) String(p *string, env, def, usage string) {
-	name, u := s.bind(env, usage)
-	s.fs.StringVar(p, name, def, u)
+	s.fs.StringVar(p, s.bind(env, "string"), def, usage)
 }
 
 // Int binds an integer setting.
 func (s *Settings) Int(p *int, env string, def int, usage string) {
-	name, u := s.bind(env, usage)
-	s.fs.IntVar(p, name, def, u)
+	s.fs.IntVar(p, s.bind(env, "int"), def, usage)
 }
 
 // Float binds a floating-point setting.
 func (s *Settings) Float(p *float64, env string, def float64, usage string) {
-	name, u := s.bind(env, usage)
-	s.fs.Float64Var(p, name, def, u)
+	s.fs.Float64Var(p, s.bind(env, "float"), def, usage)
 }
 
 // Bool binds a boolean setting.
 func (s *Settings) Bool(p *bool, env string, def bool, usage string) {
-	name, u := s.bind(env, usage)
-	s.fs.BoolVar(p, name, def, u)
+	s.fs.BoolVar(p, s.bind(env, "bool"), def, usage)
 }
 
-// Duration binds a duration setting (Go syntax: 2s, 150ms).
+// Duration binds a duration setting (Go syntax: 2s, 150ms). A value without a
+// unit is refused saying so (DurationFlag).
 func (s *Settings) Duration(p *time.Duration, env string, def time.Duration, usage string) {
-	name, u := s.bind(env, usage)
-	s.fs.DurationVar(p, name, def, u)
+	DurationFlag(s.fs, p, s.bind(env, "duration"), def, usage)
+}
+
+// DurationFlag defines a duration flag on fs, like fs.DurationVar, whose
+// refusal of a value says what a duration looks like: the flag package's own
+// says only "parse error", which leaves `--lock-min-ttl 5` a riddle.
+func DurationFlag(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(durationValue{p}, name, usage)
+}
+
+// durationValue is a flag.Value of a time.Duration, in Go syntax.
+type durationValue struct{ p *time.Duration }
+
+// errNotDuration is every refusal of a duration, so that it reads the same from
+// a flag and from a variable.
+var errNotDuration = errors.New("want a duration such as 5s or 250ms")
+
+func (d durationValue) Set(v string) error {
+	parsed, err := time.ParseDuration(v)
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(v, 64); numErr == nil {
+			return fmt.Errorf("%w (a number needs its unit)", errNotDuration)
+		}
+		return errNotDuration
+	}
+	*d.p = parsed
+	return nil
+}
+
+func (d durationValue) String() string {
+	if d.p == nil { // the zero Value flag.isZeroValue builds
+		return ""
+	}
+	return d.p.String()
 }
 
 // FlagSet exposes the flag set for flags that have no environment variable.
@@ -136,16 +169,39 @@ func unwrapFlagErr(err error) error {
 	return err
 }
 
-// Usage writes every setting with its default — zero defaults included, which
-// flag.PrintDefaults leaves out.
+// Usage writes every setting: its flag and the kind of value it takes, its
+// variable and its default (zero defaults included, which flag.PrintDefaults
+// leaves out; an empty string as ""), then what it is for, each said once:
+//
+//	--lock-min-ttl duration    env LOCK_MIN_TTL (default 1s)
+//	    shortest lease TTL a caller may ask for
+//
+// A flag with no variable (FlagSet) shows its kind as flag.UnquoteUsage finds it.
 func (s *Settings) Usage(w io.Writer, synopsis string) {
 	fmt.Fprintf(w, "Usage: %s\n\nSettings (a flag wins over its environment variable):\n", synopsis)
+	byFlag := make(map[string]binding, len(s.bindings))
+	for _, b := range s.bindings {
+		byFlag[b.flag] = b
+	}
 	s.fs.VisitAll(func(f *flag.Flag) {
+		b, bound := byFlag[f.Name]
+		kind, usage := flag.UnquoteUsage(f)
+		if bound {
+			kind, usage = b.kind, f.Usage
+		}
 		def := f.DefValue
 		if def == "" {
 			def = `""`
 		}
-		fmt.Fprintf(w, "  --%s\n    \t%s (default %s)\n", f.Name, f.Usage, def)
+		head := "--" + f.Name
+		if kind != "" {
+			head += " " + kind
+		}
+		env := ""
+		if bound {
+			env = "env " + b.env + " "
+		}
+		fmt.Fprintf(w, "  %-40s %s(default %s)\n      %s\n", head, env, def, usage)
 	})
 }
 
