@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -90,6 +91,36 @@ func (d Database) check() error {
 	return nil
 }
 
+// libpqHostVars are the variables from which libpq (and pgx) take a server when
+// the URL names none. Without any of them an empty URL means the local socket
+// directory, which is rarely what was meant.
+var libpqHostVars = []string{"PGHOST", "PGHOSTADDR", "PGSERVICE"}
+
+// checkDBURLSet refuses, at start and before migrate (exit 2, one line), a
+// database URL left empty when the libpq environment names no server either:
+// an unset PAYDB_URL is a forgotten setting, and the socket error pgx would
+// give for it ("dial unix /var/run/postgresql/.s.PGSQL.5432") names neither
+// the setting nor the fix. The check is not in Check, which --help and the
+// settings' own tests run without any database in mind.
+func (spec Spec) checkDBURLSet() error {
+	if spec.DB == nil || spec.DB.URL != "" {
+		return nil
+	}
+	getenv := spec.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	for _, v := range libpqHostVars {
+		if getenv(v) != "" {
+			return nil
+		}
+	}
+	name := spec.DB.name()
+	env := strings.ToUpper(name) + "_URL"
+	return &serve.UsageError{Msg: fmt.Sprintf("%s: %s is not set: set %s (e.g. postgres://USER@HOST:5432/%s), or PGHOST for libpq's environment",
+		spec.Name, env, env, name)}
+}
+
 // open opens the pool; it does not wait for the server.
 func (d Database) open(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
 	pool, err := dbconn.Open(ctx, d.URL, int32(maxConns))
@@ -154,6 +185,9 @@ const migrateConns = 2
 func Migrate(ctx context.Context, spec Spec) error {
 	d := *spec.DB
 	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := spec.checkDBURLSet(); err != nil {
 		return err
 	}
 	logger, err := NewLogger(spec.LogOutput, spec.Name, spec.LogLevel)

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"lock.dev/internal/logcapture"
 	"lock.dev/internal/paydb"
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/serve"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -141,5 +143,46 @@ func TestMigrateThenServe(t *testing.T) {
 	}
 	if len(log.Events("unsafe_non_durable_db")) != 1 {
 		t.Errorf("serving a database with fsync off was not logged:\n%s", log.String())
+	}
+}
+
+// An empty database URL with no server in the libpq environment either is a
+// forgotten setting: Start and Migrate refuse it before any connection, in one
+// line saying what to set (exit 2), where pgx would fail on the local socket
+// directory naming neither. With PGHOST set the libpq environment is meant, and
+// the refusal does not apply.
+func TestEmptyDBURLRefusedNamingTheSetting(t *testing.T) {
+	t.Parallel()
+	envOf := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, run := range []struct {
+		name string
+		call func(Spec) error
+	}{
+		{"start", func(spec Spec) error { return Run(spec, func(*Service) error { return nil }) }},
+		{"migrate", func(spec Spec) error { return Migrate(context.Background(), spec) }},
+	} {
+		spec, ln := dbSpec(t, "", &logcapture.Buffer{})
+		spec.Getenv = envOf(map[string]string{"PGUSER": "someone"})
+		err := run.call(spec)
+		var ue *serve.UsageError
+		if !errors.As(err, &ue) || serve.ExitCode(err, io.Discard) != 2 {
+			t.Fatalf("%s with PAYDB_URL unset: %v, want a usage error (exit 2)", run.name, err)
+		}
+		if want := "PAYDB_URL is not set: set PAYDB_URL (e.g. postgres://"; !strings.Contains(ue.Msg, want) || strings.Contains(ue.Msg, "\n") {
+			t.Errorf("%s: %q, want one line saying %q", run.name, ue.Msg, want)
+		}
+		if run.name == "start" && !closed(ln) {
+			t.Error("the listener handed in is still open after the refusal")
+		}
+	}
+	spec, _ := dbSpec(t, "", &logcapture.Buffer{})
+	spec.Getenv = envOf(map[string]string{"PGHOST": "db.example"})
+	if err := spec.checkDBURLSet(); err != nil {
+		t.Errorf("with PGHOST set: %v, want the libpq environment taken", err)
+	}
+	spec.DB = nil
+	spec.Getenv = envOf(nil)
+	if err := spec.checkDBURLSet(); err != nil {
+		t.Errorf("a service without a database: %v", err)
 	}
 }

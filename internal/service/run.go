@@ -46,6 +46,9 @@ type Spec struct {
 	// HealthListener, when set, is served instead of listening on HealthAddr
 	// (tests).
 	HealthListener net.Listener
+	// Getenv is the environment libpq's defaults are looked for in when
+	// DB.URL is empty (Database.checkURLSet); nil means os.Getenv.
+	Getenv func(string) string
 	// AuthMaterial is the service's other auth material (a signing key, a grant
 	// key set): like the identity files, an empty one is refused at start
 	// (exit 2 naming it) unless UNSAFE_NO_AUTH lifts the refusal. Only a
@@ -92,6 +95,10 @@ type Service struct {
 func Start(spec Spec) (*Service, error) {
 	s := &Service{spec: spec}
 	if err := spec.Validate(); err != nil {
+		s.closeListener()
+		return nil, err
+	}
+	if err := spec.checkDBURLSet(); err != nil {
 		s.closeListener()
 		return nil, err
 	}
