@@ -315,6 +315,7 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 		if !r.Fencing {
 			fmt.Fprintf(w, "With fencing off the gate admitted %d stale submissions: a holder whose lease had\n"+
 				"expired still reached the rail after a newer token had been admitted.\n", r.Report.Count(invariants.CheckStaleAdmission))
+			fmt.Fprintln(w, r.Report.MoneyAtRiskLine()) // what they cost: internal/invariants/risk.go
 			if !r.BooksChecked {
 				fmt.Fprintln(w, "The fencing-off run checks nothing against the books either: it shows what the fence alone\n"+
 					"prevents. With the books checked, a superseded holder presenting a payout a newer holder has\n"+

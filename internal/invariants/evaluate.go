@@ -82,6 +82,8 @@ func Evaluate(h History, opts Options) Report {
 	r := Report{FencingEnabled: opts.FencingEnabled}
 	e.count(&r)
 	r.Money = e.money()
+	// what the stale admissions put in front of the rail: risk.go
+	r.MoneyAtRisk = e.moneyAtRisk()
 	e.books(&r)    // invariant 7, books.go
 	e.booksBound() // invariant 8, booksbound.go
 	for _, m := range r.Money {

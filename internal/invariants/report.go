@@ -66,6 +66,9 @@ type Report struct {
 	RailCalls      CallCounts       `json:"railCalls"`
 	Submissions    SubmissionCounts `json:"submissions"`
 	Money          []Money          `json:"money"` // one per currency, by code
+	// MoneyAtRisk is what the stale admissions put in front of the rail
+	// (risk.go): zero when invariant 1 held.
+	MoneyAtRisk MoneyAtRisk `json:"moneyAtRisk"`
 	// Reconciliation is what the reconciler settled and recorded
 	// (docs/contracts/reconciliation.md); nil when the run had no reconciler.
 	Reconciliation *Reconciliation `json:"reconciliation,omitempty"`

@@ -106,6 +106,14 @@ func WriteTable(w io.Writer, cols []Column, extra ...Row) error {
 		t.Row("  for other payouts", money(func(m Money) int64 { return m.AcceptedOther }))
 	}
 
+	// What the stale admissions cost (risk.go): the payments presented on a
+	// superseded lease, by currency in major units.
+	curs := currencies(cols)
+	t.Row("money at risk from stale admissions (presented on a superseded lease)",
+		each(func(r Report) string { return r.MoneyAtRisk.Cell(curs) }))
+	t.Row("  of which the rail accepted (money moved)", num(func(r Report) int { return r.MoneyAtRisk.Accepted }))
+	t.Row("  of which not as the payout reads now (a superseded instruction)", num(func(r Report) int { return r.MoneyAtRisk.Superseded }))
+
 	booksRows(&t, cols) // books_table.go
 	t.Gap()
 	for _, v := range orderedInvariants(cols) {
