@@ -3,6 +3,7 @@ package deploytest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -289,6 +290,20 @@ func TestComposeRunsWithIdentitiesAndOwnLogins(t *testing.T) {
 	}
 	if ps := p.Services["rail-stub"].Ports; len(ps) > 0 {
 		t.Errorf("rail-stub is published on the host (%v); only rail-proxy reaches a rail", ps)
+	}
+	// Only the entry points are published, and on loopback only: rail-stub,
+	// the databases, the executors and the reconciler are reached over the
+	// compose networks alone.
+	entryPoints := map[string]bool{"lock-server": true, "payment-resource": true, "rail-proxy": true, "prometheus": true, "grafana": true}
+	for name, s := range p.Services {
+		for _, port := range s.Ports {
+			if !entryPoints[name] {
+				t.Errorf("%s publishes %s:%s on the host; only %v are published", name, port.HostIP, port.Published, slices.Sorted(maps.Keys(entryPoints)))
+			}
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes %s on %q; published ports are bound to 127.0.0.1", name, port.Published, port.HostIP)
+			}
+		}
 	}
 	for name, sec := range p.Secrets {
 		if strings.HasSuffix(sec.File, "ca.key") {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// root is the module's root directory.
+// root is the repository's root, lock.dev's module: two levels above this file.
 func root(t *testing.T) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)

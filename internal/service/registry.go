@@ -14,7 +14,7 @@ import (
 // collectors and every family register adds, zero-initialised — without starting
 // anything. Each service's MetricsRegistry is one call of it; deployment checks
 // read metric names from those, so that a dashboard panel or an alert rule naming
-// a metric the service does not export fails a test (internal/deploytest).
+// a metric the service does not export fails a test (checks/deploytest).
 func Registry(register ...func(prometheus.Registerer)) *prometheus.Registry {
 	reg := serve.NewRegistry()
 	for _, r := range register {
