@@ -173,7 +173,9 @@ func (c Config) spec(validate func() error) service.Spec {
 			UnsafeNonDurable: c.UnsafeNonDurableDB, Roles: c.DBRoles, MigrateCommand: ServiceName + " migrate", CheckTimeout: startupCheckTimeout}}
 }
 
-const synopsis = ServiceName + " [serve|migrate] [flags]"
+// synopsis names the exceptions command too, which has a usage of its own.
+const synopsis = ServiceName + " [serve|migrate] [flags]\n       " +
+	ServiceName + " " + ExceptionsCommand + " list|show|resolve … (see `" + ServiceName + " " + ExceptionsCommand + " help`)"
 
 // ParseConfig reads the subcommand ("serve", the default, or "migrate"), flags and
 // environment. --help writes the usage to stdout and returns serve.ErrHelp.

@@ -261,7 +261,13 @@ func writeList(w io.Writer, list []Exception, more bool, opts ListOptions) error
 	}
 	what := "open exceptions"
 	if opts.All {
-		what = "exceptions"
+		open := 0
+		for _, e := range list {
+			if e.Open() {
+				open++
+			}
+		}
+		what = fmt.Sprintf("exceptions (%d of them open)", open)
 	}
 	if opts.Kind != "" {
 		what += " of kind " + opts.Kind
