@@ -40,6 +40,7 @@ const reconcileLimit = 100
 type executor struct {
 	cfg     Config
 	log     *slog.Logger
+	fails   *repeatLog // the looks for work's failures, logged once while they repeat
 	m       *metrics
 	locks   *lockclient.Client
 	pauser  *leasepause.Pauser[*lockclient.Lease] // freezes a paused cycle's lease
@@ -235,6 +236,7 @@ func newExecutor(cfg Config, logger *slog.Logger, m *metrics, peers peerTLS) (*e
 		busy:     map[string]bool{},
 		person:   map[string]personHold{},
 		lockHTTP: lockHTTP,
+		fails:    newRepeatLog(logger, repeatEvery, time.Now),
 	}, nil
 }
 
@@ -287,10 +289,11 @@ func (e *executor) workOnce(ctx context.Context) bool {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Warn("looking for PENDING payouts failed", "event", "scan_failed", "error", err.Error())
+			e.fails.failed("scan_failed", "looking for PENDING payouts failed", err)
 		}
 		return false
 	}
+	e.fails.recovered("scan_failed")
 	tried := map[string]bool{}
 	for _, p := range pending {
 		if ctx.Err() != nil {

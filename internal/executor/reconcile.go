@@ -34,10 +34,11 @@ func (e *executor) reconcilePass(ctx context.Context) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Warn("looking for stale CLAIMED payouts failed", "event", "reconcile_scan_failed", "error", err.Error())
+			e.fails.failed("reconcile_scan_failed", "looking for stale CLAIMED payouts failed", err)
 		}
 		return
 	}
+	e.fails.recovered("reconcile_scan_failed")
 	if len(stale) < limit {
 		// The listing is whole: a payout held that is no longer in it with the
 		// same claim was settled or re-claimed meanwhile.
