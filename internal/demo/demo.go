@@ -74,7 +74,9 @@ type Output struct {
 	// OK is the exit status's verdict: every invariant held in the fenced run,
 	// every rogue attempt was refused with grants verified, every insider move
 	// with the books checked, and, with identities on, every identity row.
-	OK      bool   `json:"ok"`
+	OK bool `json:"ok"`
+	// LogPath is the services' JSON logs; empty when lockdemo made the file
+	// itself and removed it after a pass (--log names a file that stays).
 	LogPath string `json:"logPath"`
 }
 
@@ -103,16 +105,18 @@ type Settings struct {
 // Run runs the configured scenario(s), writes the report and reports whether the
 // verdict is a pass. With cfg.Keep it then waits for ctx to end before stopping
 // the servers.
-func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error) {
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, err error) {
 	if err := cfg.Validate(); err != nil {
 		return false, err
 	}
 	p := newProgress(stderr)
-	logPath, logFile, err := openLog(cfg.LogPath)
+	svcLog, err := openLog(cfg.LogPath, "")
 	if err != nil {
 		return false, err
 	}
-	defer logFile.Close()
+	logPath, logFile := svcLog.path, svcLog.file
+	// Runs last, once every server has stopped writing.
+	defer func() { svcLog.close(ok && err == nil && !cfg.Keep, p) }()
 	p.say("lockdemo: seed %d, %d payouts over %d accounts, %d executors × %d workers, identities %s, rail protocol %s, statement from %s; service logs in %s",
 		cfg.Seed, cfg.Payouts, cfg.Accounts, cfg.Executors, cfg.Workers, onOff(!cfg.UnsafeNoAuth), cfg.RailProtocol, cfg.StatementSource, logPath)
 	keysRoot, removeKeys, err := makeKeysRoot()
@@ -192,16 +196,20 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (bool, error
 			return false, err
 		}
 	}
-	ok := verdict(runs) && attackVerdict(attacks) && insiderVerdict(insiders) && identityVerdict(ident) && failoverVerdict(cfg, runs)
+	ok = verdict(runs) && attackVerdict(attacks) && insiderVerdict(insiders) && identityVerdict(ident) && failoverVerdict(cfg, runs)
+	shownLog := logPath
+	if svcLog.removedAfter(ok && !cfg.Keep) {
+		shownLog = ""
+	}
 	if cfg.JSON {
 		out := Output{Seed: cfg.Seed, Settings: settingsOf(cfg), Runs: runs, Attack: attacks, Insider: insiders, Identity: ident,
-			Identities: !cfg.UnsafeNoAuth, OK: ok, LogPath: logPath}
+			Identities: !cfg.UnsafeNoAuth, OK: ok, LogPath: shownLog}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return false, err
 		}
-	} else if err := writeReport(stdout, cfg, runs, attacks, insiders, ident, ok, logPath); err != nil {
+	} else if err := writeReport(stdout, cfg, runs, attacks, insiders, ident, ok, shownLog); err != nil {
 		return false, err
 	}
 	if cfg.Keep {
@@ -245,19 +253,49 @@ func onOff(on bool) string {
 	return "off"
 }
 
-func openLog(path string) (string, *os.File, error) {
+// serviceLog is the file a run's services log to: the one --log names, or one
+// lockdemo makes in the temp directory. It is the run's evidence when something
+// went wrong, and a megabyte of noise in the temp directory when nothing did:
+// a file lockdemo made is removed after a pass (not with --keep), and kept, its
+// path said, after a failure. A file --log named is the caller's and stays.
+type serviceLog struct {
+	path string
+	file *os.File
+	made bool // lockdemo made it
+}
+
+// openLog opens path for the services' logs, or makes a lockdemo-*.log in dir
+// when path is empty (dir "": the temp directory).
+func openLog(path, dir string) (*serviceLog, error) {
 	if path == "" {
-		f, err := os.CreateTemp("", "lockdemo-*.log")
+		f, err := os.CreateTemp(dir, "lockdemo-*.log")
 		if err != nil {
-			return "", nil, fmt.Errorf("create the log file: %w", err)
+			return nil, fmt.Errorf("create the log file: %w", err)
 		}
-		return f.Name(), f, nil
+		return &serviceLog{path: f.Name(), file: f, made: true}, nil
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return "", nil, fmt.Errorf("open the log file: %w", err)
+		return nil, fmt.Errorf("open the log file: %w", err)
 	}
-	return path, f, nil
+	return &serviceLog{path: path, file: f}, nil
+}
+
+// removedAfter reports whether close(done) removes the file: the run passed
+// and nothing is kept (done), and lockdemo made the file.
+func (l *serviceLog) removedAfter(done bool) bool { return done && l.made }
+
+// close closes the file. done is a pass without --keep: then a file lockdemo
+// made is removed; otherwise p is told where the logs are kept.
+func (l *serviceLog) close(done bool, p *progress) {
+	_ = l.file.Close()
+	if l.removedAfter(done) {
+		_ = os.Remove(l.path)
+		return
+	}
+	if !done {
+		p.say("lockdemo: the services' logs are kept in %s", l.path)
+	}
 }
 
 func withDatabases(urls map[string]string, t target) map[string]string {
@@ -357,7 +395,11 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 	default:
 		fmt.Fprintln(w, "\nVERDICT: FAIL — an invariant did not hold in the run that decides the exit status (see violations above).")
 	}
-	fmt.Fprintf(w, "Service logs: %s\n", logPath)
+	if logPath == "" {
+		fmt.Fprintln(w, "Service logs: removed after the pass (--log FILE keeps them)")
+	} else {
+		fmt.Fprintf(w, "Service logs: %s\n", logPath)
+	}
 	return nil
 }
 
