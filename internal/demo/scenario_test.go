@@ -76,6 +76,9 @@ func TestFencedScenarioHoldsEveryInvariant(t *testing.T) {
 	if r.Report.Count(invariants.CheckStaleAdmission) != 0 {
 		t.Error("a stale admission with fencing on")
 	}
+	if m := r.Report.MoneyAtRisk; m.Presentations != 0 || len(m.Amounts) != 0 {
+		t.Errorf("money at risk with fencing on: %+v", m)
+	}
 	// The fenced run checks the books, as users run the system, and invariant 8
 	// is judged: only the books moved money.
 	if !r.BooksChecked || !slices.ContainsFunc(r.Report.Invariants, func(v invariants.Verdict) bool { return v.Invariant == 8 && v.Held }) {
@@ -110,6 +113,24 @@ func TestUnfencedScenarioAdmitsStaleHolders(t *testing.T) {
 		t.Fatalf("no stale admission with fencing off (%d pauses):\n%s", r.Pauses, b.String())
 	}
 	t.Logf("%d stale admissions from %d pauses", r.Report.Count(invariants.CheckStaleAdmission), r.Pauses)
+	// What they cost: every stale admission but an UNSENT one put its amount in
+	// front of the rail on a superseded lease. lockdemo never amends a payout, so
+	// none presented a superseded instruction.
+	stale, unsent := r.Report.Count(invariants.CheckStaleAdmission), 0
+	for _, f := range r.Report.Violations {
+		if f.Check == invariants.CheckStaleAdmission && strings.Contains(f.Detail, "(UNSENT)") {
+			unsent++
+		}
+	}
+	m := r.Report.MoneyAtRisk
+	var sum int64
+	for _, a := range m.Amounts {
+		sum += a.AmountMinor
+	}
+	if m.Presentations != stale-unsent || (m.Presentations > 0) != (sum > 0) || m.Accepted > m.Presentations || m.Superseded != 0 {
+		t.Errorf("money at risk %+v from %d stale admissions (%d UNSENT)", m, stale, unsent)
+	}
+	t.Log(r.Report.MoneyAtRiskLine())
 	if r.Report.OK() || r.Report.Held(1) {
 		t.Error("the report passes a run with stale admissions")
 	}
