@@ -1,6 +1,6 @@
 -- +goose Up
 -- rail_admit_group_skip_locked: group admission that never waits for a mark row
--- another transaction holds (docs/contracts/rail-proxy.md#group-admission).
+-- another transaction holds (docs/contracts/rail-proxy.md#group-admission-rail_proxy_max_group).
 --
 -- rail_admit_group (00005, 00006) locks every member's mark row with FOR UPDATE
 -- and creates the missing ones with ON CONFLICT DO NOTHING; both wait for a row
