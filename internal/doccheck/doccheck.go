@@ -24,6 +24,7 @@ const (
 	KindBrokenLink     = "broken-link"     // a Markdown link whose file does not exist
 	KindMissingAnchor  = "missing-anchor"  // a link to a heading its page does not have
 	KindMissingPath    = "missing-path"    // a repository path named in prose, a comment or a served document that no file has
+	KindMissingSection = "missing-section" // a page's section named by its title (page.md, "Title") that the page does not have
 )
 
 // A Finding is one reference a reader of the repository cannot follow.
@@ -49,6 +50,7 @@ type Repo struct {
 	fsys    fs.FS
 	paths   map[string]bool            // every file and directory, slash paths; "." is the root
 	anchors map[string]map[string]bool // Markdown page → its anchors, read on first use
+	titles  map[string][]string        // Markdown page → its headings' text, lower case, without backticks
 	// repoPath is a path into the repository as prose writes it: one of its
 	// top-level directories, then a file with one of the project's extensions.
 	repoPath *regexp.Regexp
@@ -56,7 +58,7 @@ type Repo struct {
 
 // Load reads the tree of fsys (a repository's root, as os.DirFS gives it).
 func Load(fsys fs.FS) (*Repo, error) {
-	r := &Repo{fsys: fsys, paths: map[string]bool{}, anchors: map[string]map[string]bool{}}
+	r := &Repo{fsys: fsys, paths: map[string]bool{}, anchors: map[string]map[string]bool{}, titles: map[string][]string{}}
 	var top []string // the top-level directories, in walk (lexical) order
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -87,7 +89,7 @@ func (r *Repo) Check() ([]Finding, error) {
 			continue
 		}
 		switch path.Ext(p) {
-		case ".md", ".go", ".json", ".yaml", ".yml":
+		case ".md", ".go", ".json", ".yaml", ".yml", ".sql":
 			files = append(files, p)
 		}
 	}
@@ -105,6 +107,7 @@ func (r *Repo) Check() ([]Finding, error) {
 			out = append(out, r.CheckGo(p, b)...)
 		default:
 			out = append(out, r.checkDocPaths(p, 1, string(b))...)
+			out = append(out, r.checkSections(p, 1, string(b))...)
 		}
 	}
 	return out, nil
@@ -218,6 +221,7 @@ func (r *Repo) CheckGo(file string, src []byte) []Finding {
 		case token.COMMENT:
 			out = append(out, checkText(file, line, lit)...)
 			out = append(out, r.checkPaths(r.repoPath, file, line, lit)...)
+			out = append(out, r.checkSections(file, line, lit)...)
 		case token.STRING:
 			if !strings.HasSuffix(file, "_test.go") {
 				out = append(out, r.checkDocPaths(file, line, lit)...)
@@ -236,6 +240,7 @@ var (
 	htmlAnchor  = regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"`)
 	hasScheme   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 	slugDropped = regexp.MustCompile(`[^\p{L}\p{N}\p{M} _-]`)
+	boldLead    = regexp.MustCompile(`^\s*(?:[-*]\s+|\d+\.\s+)?\*\*([^*]+)\*\*`)
 )
 
 // CheckMarkdown checks a Markdown page: its prose and code for references (code
@@ -259,6 +264,7 @@ func (r *Repo) CheckMarkdown(file, text string) []Finding {
 		}
 		// A link's target is judged as a link below, not again as a path.
 		out = append(out, r.checkPaths(r.repoPath, file, n, inlineLink.ReplaceAllString(line, "]()"))...)
+		out = append(out, r.checkSections(file, n, line)...)
 		prose := codeSpan.ReplaceAllString(line, "``")
 		var targets []string
 		for _, m := range inlineLink.FindAllStringSubmatch(prose, -1) {
@@ -328,10 +334,15 @@ func (r *Repo) anchorsOf(p string) map[string]bool {
 		for _, m := range htmlAnchor.FindAllStringSubmatch(line, -1) {
 			a[m[1]] = true
 		}
+		if m := boldLead.FindStringSubmatch(line); m != nil {
+			// A named paragraph ("- **Storable text.** …") is cited by its name too.
+			r.titles[p] = append(r.titles[p], strings.ToLower(strings.ReplaceAll(m[1], "`", "")))
+		}
 		m := heading.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
+		r.titles[p] = append(r.titles[p], strings.ToLower(strings.ReplaceAll(m[1], "`", "")))
 		s := Slug(m[1])
 		if !a[s] {
 			a[s] = true
@@ -357,4 +368,33 @@ func Slug(h string) string {
 	}, h)
 	h = slugDropped.ReplaceAllString(h, "")
 	return strings.ReplaceAll(h, " ", "-")
+}
+
+// sectionRef is a page's section named by its title, as prose and comments cite
+// one: `rail-proxy.md, "Group admission"` or `([books.md](books.md), "When a check
+// refuses")`.
+var sectionRef = regexp.MustCompile(`([\w./-]+\.md)\)?,?\s"([^"\n]{3,80})"`)
+
+// checkSections reports each section named by its title that its page does not
+// have: a heading, or a paragraph's bold name, must begin with the title (case
+// and backticks aside). A page
+// that does not exist is left to the path and link checks.
+func (r *Repo) checkSections(file string, line int, text string) []Finding {
+	var out []Finding
+	for _, m := range sectionRef.FindAllStringSubmatchIndex(text, -1) {
+		ref, title := text[m[2]:m[3]], text[m[4]:m[5]]
+		p := path.Clean(ref)
+		if !r.paths[p] && path.Ext(file) == ".md" {
+			p = path.Join(path.Dir(file), ref)
+		}
+		if !r.paths[p] {
+			continue
+		}
+		r.anchorsOf(p) // reads the page's headings
+		want := strings.ToLower(strings.ReplaceAll(title, "`", ""))
+		if !slices.ContainsFunc(r.titles[p], func(h string) bool { return strings.HasPrefix(h, want) }) {
+			out = append(out, Finding{File: file, Line: line + strings.Count(text[:m[0]], "\n"), Kind: KindMissingSection, Text: ref + `, "` + title + `"`})
+		}
+	}
+	return out
 }

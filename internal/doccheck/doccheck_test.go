@@ -94,6 +94,10 @@ func TestPlantedReferences(t *testing.T) {
 		{"a served document naming a missing page", "api/x.json", `{"description": "see docs/contracts/gone.md"}`, KindMissingPath},
 		{"Go comment naming a missing section", "internal/x/y.go", "package x\n\n// docs/contracts/README.md#roles says who.\nvar V = 1\n", KindMissingAnchor},
 
+		{"a section named by a title the page lacks", "internal/x/y.go", "package x\n\n// See docs/contracts/README.md, \"Deciding an exception\".\nvar V = 1\n", KindMissingSection},
+		{"a section of a linked page named by a title it lacks", "docs/operations/b.md", "See [roles](../contracts/README.md), \"Roles\".\n", KindMissingSection},
+		{"a migration naming a missing section", "internal/x/0001.sql", "-- see docs/contracts/README.md, \"Deciding\"\n", KindMissingSection},
+		{"sections that exist", "internal/x/y.go", "package x\n\n// docs/contracts/README.md, \"Who may do what\"; docs/contracts/README.md, \"lock-server certs\".\nvar V = 1\n", ""},
 		{"Unicode's C1 controls", "docs/a.md", "No C0 or C1 control characters (U+0080–U+009F).\n", ""},
 		{"C1 controls in a Go comment", "internal/x/y.go", "package x\n\n// other C0 controls, DEL, the C1 controls\nvar V = 1\n", ""},
 		{"C3 in a Go string", "internal/x/y.go", "package x\n\nconst Ref = \"RS-C3\"\n", ""},
