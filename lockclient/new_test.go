@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"crypto/tls"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -53,4 +54,28 @@ func TestNewValidatesItsSettings(t *testing.T) {
 			t.Errorf("New(%q) echoes the password: %v", tc.url, err)
 		}
 	}
+}
+
+// New never panics on a base URL, and accepts only an http or https URL with a
+// host and no query, fragment or user information. Seeded with the table's URLs.
+func FuzzNewBaseURL(f *testing.F) {
+	for _, s := range []string{"https://lock-server:8081", "http://127.0.0.1:8081/", "https://gateway.example/locks/",
+		"lock-server:8081", "127.0.0.1:8081", "//lock-server:8081", "", "ftp://lock-server:8081", "https://",
+		"https://:8081", "https://lock-server:8081?x=1", "https://lock-server:8081#top", "https://user:secret@lock-server:8081"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := lockclient.New(raw)
+		if err != nil {
+			if c != nil {
+				t.Fatalf("New(%q) returned a client and an error", raw)
+			}
+			return
+		}
+		u, perr := url.Parse(raw)
+		if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
+			u.User != nil || u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "#") {
+			t.Fatalf("New(%q) accepted a URL it should refuse (%v)", raw, perr)
+		}
+	})
 }
