@@ -368,3 +368,34 @@ func TestExceptionsOnTheOperatorsLogin(t *testing.T) {
 		}
 	}
 }
+
+// A STATEMENT_FILE_CHANGED names a file version, not a payout: show lists every
+// version of that file's name — the one imported and the one that changed.
+func TestExceptionsShowAStatementFileChange(t *testing.T) {
+	t.Parallel()
+	f := newExceptionsFixture(t)
+	ctx := context.Background()
+	var changed, exc int64
+	if err := f.pool.QueryRow(ctx, `WITH v AS (INSERT INTO statement_file (name, sha256, result, entries)
+	    VALUES ('2026-12-05.xml', repeat('a', 64), 'imported', 2), ('2026-12-05.xml', repeat('b', 64), 'changed', NULL),
+	           ('other.xml', repeat('c', 64), 'imported', 1)
+	    RETURNING file_id, result, name)
+	  SELECT file_id FROM v WHERE result = 'changed'`).Scan(&changed); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pool.QueryRow(ctx, `INSERT INTO reconciliation_exception (kind, file_id, detail)
+	  VALUES ('STATEMENT_FILE_CHANGED', $1, '2026-12-05.xml: aaaa… then bbbb…') RETURNING exception_id`, changed).Scan(&exc); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := f.run(t, "", "show", id(exc), "--json")
+	var c reconcile.ExceptionContext
+	if code != 0 || json.Unmarshal([]byte(out), &c) != nil {
+		t.Fatalf("show: exit %d, %s\n%s", code, errOut, out)
+	}
+	if len(c.Files) != 2 || c.Files[0].Result != "imported" || c.Files[1].FileID != changed || c.Payout != nil || len(c.Lines) != 0 {
+		t.Fatalf("show %d: files %+v, payout %v, lines %v", exc, c.Files, c.Payout, c.Lines)
+	}
+	if out, _, _ := f.run(t, "", "show", id(exc)); !strings.Contains(out, "statement file versions") || !strings.Contains(out, strings.Repeat("b", 64)) {
+		t.Fatalf("show %d:\n%s", exc, out)
+	}
+}
