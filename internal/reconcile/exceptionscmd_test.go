@@ -19,8 +19,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"lock.dev/internal/pgtest"
+	"lock.dev/internal/railstub"
 	"lock.dev/internal/reconcile"
 	"lock.dev/internal/service"
+	"lock.dev/internal/stack"
+	"lock.dev/lockapi"
 )
 
 // exceptionsFixture is a paydb with three open exceptions and what they are
@@ -397,5 +400,55 @@ func TestExceptionsShowAStatementFileChange(t *testing.T) {
 	}
 	if out, _, _ := f.run(t, "", "show", id(exc)); !strings.Contains(out, "statement file versions") || !strings.Contains(out, strings.Repeat("b", 64)) {
 		t.Fatalf("show %d:\n%s", exc, out)
+	}
+}
+
+// In the running system: a reconciler pass records an AMOUNT_MISMATCH and leaves
+// its payout AMBIGUOUS; an operator decides it; the next passes neither settle
+// the payout nor record the exception again, and the decision stands beside it.
+func TestDecidingAnExceptionMovesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, stack.Options{})
+	ctx := context.Background()
+	if got := e.drive(t, e.blackholeProxy(t), payoutReq("p-amount", "acct-3", 300)); got != lockapi.StatusAmbiguous {
+		t.Fatalf("p-amount posted %s", got)
+	}
+	if reply, err := e.rail.Pay(ctx, railstub.PaymentRequest{Reference: "p-amount", AccountID: "acct-3", AmountMinor: 301,
+		Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}); err != nil || reply.Status != railstub.ResultAccepted {
+		t.Fatalf("direct call for p-amount: %+v %v", reply, err)
+	}
+	if rep := e.pass(t); rep.Exceptions[reconcile.KindAmountMismatch] != 1 {
+		t.Fatalf("first pass: exceptions %v", rep.Exceptions)
+	}
+	getenv := func(k string) string {
+		if k == "PAYDB_URL" {
+			return e.st.PaydbURL
+		}
+		return ""
+	}
+	var out, errOut bytes.Buffer
+	if code := reconcile.Exceptions(ctx, []string{"list", "--json"}, getenv, &out, &errOut); code != 0 {
+		t.Fatalf("list: exit %d, %s", code, errOut.String())
+	}
+	var open []reconcile.Exception
+	if err := json.Unmarshal(out.Bytes(), &open); err != nil || len(open) != 1 || open[0].Kind != reconcile.KindAmountMismatch {
+		t.Fatalf("open exceptions %+v (%v)", open, err)
+	}
+	if code := reconcile.Exceptions(ctx, []string{"resolve", id(open[0].ExceptionID), "--decision", reconcile.DecisionCorrectedInLedger,
+		"--by", "dana", "--note", "the rail paid 3.01; GL posting books the extra cent"}, getenv, &out, &errOut); code != 0 {
+		t.Fatalf("resolve: exit %d, %s", code, errOut.String())
+	}
+	for range 2 {
+		if rep := e.pass(t); len(rep.Settled) != 0 || rep.Exceptions[reconcile.KindAmountMismatch] != 0 {
+			t.Fatalf("a pass after the decision: settled %v, exceptions %v", rep.Settled, rep.Exceptions)
+		}
+	}
+	if st := e.status(t, "p-amount"); st != lockapi.StatusAmbiguous {
+		t.Fatalf("p-amount is %s after its exception was decided; deciding must move nothing", st)
+	}
+	var exceptions, decisions int
+	if err := e.st.Paydb.QueryRow(ctx, `SELECT (SELECT count(*) FROM reconciliation_exception), (SELECT count(*) FROM reconciliation_decision)`).
+		Scan(&exceptions, &decisions); err != nil || exceptions != 1 || decisions != 1 {
+		t.Fatalf("%d exceptions, %d decisions (%v); want the one and its decision", exceptions, decisions, err)
 	}
 }
