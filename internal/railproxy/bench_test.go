@@ -46,13 +46,13 @@ import (
 //	BENCH_BOOKS_CHECK     true runs BenchmarkAdmission's and BenchmarkAddedLatency's
 //	                      proxy with RAIL_PROXY_BOOKS_CHECK on, every submission booked
 //	                      in paydb's payout table before the clock starts; false (the
-//	                      default) runs it off, as the shared bench does
+//	                      default) runs it off, as the ceiling's measurement does
 //	                      (docs/contracts/books.md)
 //	BENCH_IDENTITY        true runs BenchmarkAdmission with both hops over mutual TLS:
 //	                      its clients presenting the executor's SVID to the proxy,
 //	                      the proxy its own to rail-stub (TLS 1.3, session cache,
 //	                      keep-alive connections); false (the default) runs them
-//	                      plaintext, as the shared bench does; grants are not
+//	                      plaintext, as the ceiling's measurement does; grants are not
 //	                      verified either way (docs/contracts/workload-identity.md)
 //	BENCH_IDLE_CONNS      BenchmarkIdleConnRSS's idle connections (1000)
 //	BENCH_BINARY          BenchmarkIdleConnRSS's rail-proxy binary; empty builds cmd/rail-proxy
