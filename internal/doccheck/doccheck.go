@@ -132,7 +132,7 @@ var (
 	issueNumber     = regexp.MustCompile(`(?i)\b(issue|pull request|PR)s?\s+#?\d+\b|(^|[\s(\[])#\d+\b`)
 	// numberedItem is an item of a list kept elsewhere ("acceptance" and a number).
 	numberedItem  = regexp.MustCompile(`(?i)\b(acceptance|requirement|criterion)( item)? #?\d+\b`)
-	outsidePath   = regexp.MustCompile(`(\.\./)+shared\b[\w./-]*|\bshared/(spec|perf|ha|seed|hooks|iso20022)\b[\w./-]*|(?i)\bshared contract`)
+	outsidePath   = regexp.MustCompile(`(\.\./)+shared\b[\w./-]*|\bshared/(spec|perf|ha|seed|hooks|iso20022)\b[\w./-]*|(?i)\bthe shared (bench|harness|set)\b|(?i)\bshared contract`)
 	specification = regexp.MustCompile(`(?i)\bthe spec(ification)?('s|s)?\b`)
 	// namedStandard, just before the word, says which public specification is meant.
 	namedStandard = regexp.MustCompile(`(OpenAPI|ISO|RFC|SPIFFE|JWT|JSON|PostgreSQL|X\.509|camt|pain|W3C|HTTP)(?:[^.;]|\.\d){0,40}$`)

@@ -81,6 +81,7 @@ func TestPlantedReferences(t *testing.T) {
 		{"an item of a list kept elsewhere", "docs/a.md", "That is acceptance 3, proven per service.\n", KindNumberedItem},
 		{"shared path", "README.md", "Run `../shared/perf/run-ceiling.sh` first.\n", KindOutsidePath},
 		{"the shared contract set", "docs/a.md", "As the shared contract set says.\n", KindOutsidePath},
+		{"the shared bench", "internal/x/y.go", "package x\n\n// Off, as the shared bench does.\nvar V = 1\n", KindOutsidePath},
 		{"the specification", "docs/a.md", "Where the specification is silent, we chose.\n", KindSpecification},
 		{"the spec, in Go", "internal/x/y.go", "package x\n\n// Invariant 6 of the spec.\nvar V = 1\n", KindSpecification},
 		{"link to a missing page", "README.md", "See [adopting](docs/adopting.md).\n", KindBrokenLink},
