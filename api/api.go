@@ -4,8 +4,10 @@
 // folder; no YAML library ships in the binaries for them.
 //
 // What the documents promise is checked against the code: api_test.go proves
-// each is a valid OpenAPI 3.1 document and that every service serves its own,
-// and internal/apitest validates real requests and responses against them.
+// every service serves its own, checks/cmd/apivalidate's tests (in the module
+// lock.dev/checks, which alone requires libopenapi) that each is a valid
+// OpenAPI 3.1 document, and internal/apitest validates real requests and
+// responses against them.
 package api
 
 import (

@@ -2,7 +2,7 @@
 // (package api), for tests. A Checker wraps a service's http.Handler, or a
 // client's http.RoundTripper, and validates every request and every response
 // with pb33f/libopenapi-validator — the document's schemas, not hand-written
-// checks, decide. It records which (method, path template, status) it saw, so a
+// checks, decide (out of process: see below). It records which (method, path template, status) it saw, so a
 // test can ask which documented answers were never exercised, and it reports:
 //
 //   - an answer with a status the operation does not document;
@@ -25,19 +25,26 @@
 // package's shared clients, and Finish, at the end of TestMain, fails the run on
 // any finding no test was told of and on every documented answer never seen
 // (less the exemptions the package names, each with its reason).
+//
+// The validation itself runs in another process, checks/cmd/apivalidate, in the
+// module lock.dev/checks: libopenapi and what it pulls in are heavy, and a
+// requirement of lock.dev's go.mod — even one only a test kit uses — lands in
+// the module graph of every program that takes lock.dev's client. The first
+// Checker of a test binary builds that program once (go build -C checks, from
+// this tree) and starts it; every Checker of the binary shares it, sending each
+// exchange as a JSON line and getting back the documented key it matched and
+// its findings, and loading its document there to learn the documented keys.
+// A validator that does not build, dies or does not answer fails the tests
+// (New's error, a CheckFailed finding): it is never skipped. Keeping
+// libopenapi in lock.dev would have been simpler but is what this avoids;
+// kin-openapi, the other Go validator, is as heavy; and the conformance tests
+// cannot move to the checks module themselves, since they use their packages'
+// unexported helpers.
 package apitest
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/pb33f/libopenapi"
-	validator "github.com/pb33f/libopenapi-validator"
-	"github.com/pb33f/libopenapi-validator/config"
-	"github.com/pb33f/libopenapi-validator/schema_validation"
-	"github.com/pb33f/libopenapi/datamodel/high/base"
-	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"lock.dev/api"
 )
@@ -63,6 +70,9 @@ const (
 	UnexpectedBody        = "body on an answer documented without one"
 	AcceptedInvalid       = "2xx answer to a request the document forbids"
 	UnmatchedRoute        = "undocumented route not answered 404/405 as documented"
+	// CheckFailed is an exchange the validator could not check (its process
+	// died, or did not answer in time): a failure, never a silent pass.
+	CheckFailed = "the validator could not check the exchange"
 )
 
 // Finding is one disagreement between the traffic and the document.
@@ -82,12 +92,11 @@ func (f Finding) String() string {
 // It is safe for concurrent use.
 type Checker struct {
 	service api.Service
-	model   *v3.Document
-	v       validator.Validator
-	schemas schema_validation.SchemaValidator
-	opts    *config.ValidationOptions
-	// The bodies of the answers to undocumented routes and methods.
-	notFound, notAllowed *base.Schema
+	proc    *process // the validator, shared by every Checker of the test binary
+	doc     uint64   // the id under which proc loaded the document
+	// documented are the document's (method, path template, status), in
+	// document order.
+	documented []Key
 
 	mu   sync.Mutex
 	idle *sync.Cond // signalled whenever a check ends
@@ -121,43 +130,20 @@ func MustNew(s api.Service) *Checker {
 }
 
 // NewFromDocument builds a Checker for the given document bytes (tests of this
-// package use it to break a document on purpose).
+// package use it to break a document on purpose). The first Checker of a test
+// binary builds and starts the validator (see the package documentation),
+// which takes a few seconds.
 func NewFromDocument(s api.Service, raw []byte) (*Checker, error) {
-	doc, err := libopenapi.NewDocument(raw)
+	p, err := sharedProcess()
 	if err != nil {
 		return nil, fmt.Errorf("apitest: %s: %w", s, err)
 	}
-	m, err := doc.BuildV3Model()
+	doc, documented, err := p.load(raw)
 	if err != nil {
 		return nil, fmt.Errorf("apitest: %s: %w", s, err)
 	}
-	v, errs := validator.NewValidator(doc)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("apitest: %s: %w", s, errors.Join(errs...))
-	}
-	c := &Checker{service: s, model: &m.Model, v: v, schemas: schema_validation.NewSchemaValidator(),
-		opts: config.NewValidationOptions(), seen: map[Key]int{}, pendingByHost: map[string]int{},
-		reported: map[int]bool{}, tracked: map[string]int{}}
+	c := &Checker{service: s, proc: p, doc: doc, documented: documented, seen: map[Key]int{},
+		pendingByHost: map[string]int{}, reported: map[int]bool{}, tracked: map[string]int{}}
 	c.idle = sync.NewCond(&c.mu)
-	c.notFound = responseSchema(c.model, "RouteNotFound")
-	c.notAllowed = responseSchema(c.model, "MethodNotAllowed")
-	if c.notFound == nil || c.notAllowed == nil {
-		return nil, fmt.Errorf("apitest: %s: the document needs components/responses RouteNotFound and MethodNotAllowed with a problem schema", s)
-	}
 	return c, nil
-}
-
-func responseSchema(m *v3.Document, name string) *base.Schema {
-	if m.Components == nil {
-		return nil
-	}
-	r := m.Components.Responses.GetOrZero(name)
-	if r == nil {
-		return nil
-	}
-	mt := r.Content.GetOrZero("application/problem+json")
-	if mt == nil || mt.Schema == nil {
-		return nil
-	}
-	return mt.Schema.Schema()
 }

@@ -3,18 +3,10 @@ package apitest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
-	"strings"
-
-	verrors "github.com/pb33f/libopenapi-validator/errors"
-	"github.com/pb33f/libopenapi-validator/paths"
-	"github.com/pb33f/libopenapi/orderedmap"
 
 	"lock.dev/api"
 )
@@ -131,76 +123,23 @@ func (c *Checker) check(req *http.Request, reqBody []byte, resp *http.Response, 
 	}()
 }
 
+// validate has the validator check one exchange and records what it answers.
 func (c *Checker) validate(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
 	sent := req.Method + " " + req.URL.RequestURI()
-	item, errs, template := paths.FindPath(req, c.model, c.opts)
-	if item == nil || len(errs) > 0 {
-		c.validateUnmatched(req, resp, respBody, item != nil, sent)
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	k, fs, err := c.proc.check(ctx, c.doc, exchange{
+		Method: req.Method, URL: req.URL.String(), Host: req.Host, Header: req.Header, Body: reqBody,
+		Status: resp.StatusCode, RespHeader: resp.Header, RespBody: respBody,
+	})
+	if err != nil {
+		c.find(req, Finding{Kind: CheckFailed, Key: Key{Method: req.Method, Path: NoRoute, Status: resp.StatusCode}, Request: sent, Detail: err.Error()})
 		return
 	}
-	key := Key{Method: req.Method, Path: template, Status: resp.StatusCode}
+	key := Key(k)
 	c.saw(key)
-	op := item.GetOperations().GetOrZero(strings.ToLower(req.Method))
-	documented := op.Responses.Codes.GetOrZero(strconv.Itoa(resp.StatusCode))
-	if documented == nil {
-		c.find(req, Finding{Kind: UndocumentedStatus, Key: key, Request: sent, Detail: describe(resp, respBody)})
-		return
-	}
-
-	resp.Body = io.NopCloser(bytes.NewReader(respBody))
-	req.Body = io.NopCloser(bytes.NewReader(reqBody))
-	if ok, verrs := c.v.ValidateHttpResponse(req, resp); !ok {
-		c.find(req, Finding{Kind: InvalidResponse, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(respBody)})
-	}
-	if orderedmap.Len(documented.Content) == 0 && len(respBody) > 0 {
-		c.find(req, Finding{Kind: UnexpectedBody, Key: key, Request: sent, Detail: clip(respBody)})
-	}
-	c.checkProblemStatus(req, key, sent, resp, respBody)
-
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		req.Body = io.NopCloser(bytes.NewReader(reqBody))
-		if ok, verrs := c.v.ValidateHttpRequestSync(req); !ok {
-			c.find(req, Finding{Kind: AcceptedInvalid, Key: key, Request: sent, Detail: explain(verrs)})
-		}
-	}
-}
-
-// validateUnmatched checks the answer to a path (or method) the document does
-// not list: the document promises 404 NOT_FOUND (405 METHOD_NOT_ALLOWED with
-// Allow when the path exists) in the shape of its RouteNotFound and
-// MethodNotAllowed responses.
-func (c *Checker) validateUnmatched(req *http.Request, resp *http.Response, body []byte, pathKnown bool, sent string) {
-	key := Key{Method: req.Method, Path: NoRoute, Status: resp.StatusCode}
-	want, schema := http.StatusNotFound, c.notFound
-	if pathKnown {
-		want, schema = http.StatusMethodNotAllowed, c.notAllowed
-	}
-	c.saw(key)
-	switch {
-	case resp.StatusCode != want:
-		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: fmt.Sprintf("want %d; got %s", want, describe(resp, body))})
-		return
-	case !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json"):
-		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "not application/problem+json: " + describe(resp, body)})
-		return
-	case want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "":
-		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: "405 without an Allow header"})
-	}
-	if ok, verrs := c.schemas.ValidateSchemaBytes(schema, body); !ok {
-		c.find(req, Finding{Kind: UnmatchedRoute, Key: key, Request: sent, Detail: explain(verrs) + "; body: " + clip(body)})
-	}
-	c.checkProblemStatus(req, key, sent, resp, body)
-}
-
-func (c *Checker) checkProblemStatus(req *http.Request, key Key, sent string, resp *http.Response, body []byte) {
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-		return
-	}
-	var p struct {
-		Status *int `json:"status"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil || p.Status == nil || *p.Status != resp.StatusCode {
-		c.find(req, Finding{Kind: ProblemStatusMismatch, Key: key, Request: sent, Detail: clip(body)})
+	for _, f := range fs {
+		c.find(req, Finding{Kind: f.Kind, Key: key, Request: sent, Detail: f.Detail})
 	}
 }
 
@@ -215,40 +154,6 @@ func (c *Checker) find(req *http.Request, f Finding) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.findings = append(c.findings, f)
-}
-
-func describe(resp *http.Response, body []byte) string {
-	return fmt.Sprintf("%d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), clip(body))
-}
-
-func clip(b []byte) string {
-	const max = 600
-	if len(b) > max {
-		return string(b[:max]) + "…"
-	}
-	return string(b)
-}
-
-// explain renders the validator's errors, the first few schema faults of each
-// (a long list repeats one fault over many items).
-func explain(errs []*verrors.ValidationError) string {
-	const maxFaults = 5
-	var parts []string
-	for _, e := range errs {
-		s := e.Message
-		if e.Reason != "" {
-			s += ": " + e.Reason
-		}
-		for i, f := range e.SchemaValidationErrors {
-			if i == maxFaults {
-				s += fmt.Sprintf(" [and %d more]", len(e.SchemaValidationErrors)-maxFaults)
-				break
-			}
-			s += fmt.Sprintf(" [%s %s: %s]", f.FieldPath, f.KeywordLocation, f.Reason)
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, "; ")
 }
 
 // ServesDocument fails t unless h answers GET /openapi.json with exactly the
