@@ -185,12 +185,17 @@ func TestPaymentWithoutGrantKeys(t *testing.T) {
 	}
 }
 
+// unreachablePaydb is a paydb URL nothing answers on, for a test of a setting
+// refused before any connection.
+const unreachablePaydb = "postgres://paydb@127.0.0.1:1/paydb?connect_timeout=1"
+
 func TestBadPaymentGrantKeysFile(t *testing.T) {
 	t.Parallel()
 	cfg := payment.DefaultConfig()
 	cfg.GrantKeysFile = filepath.Join(t.TempDir(), "absent.json")
 	cfg.LogOutput = &syncBuffer{}
 	cfg.Identity.UnsafeNoAuth = true // about the key set file, not identity (docs/contracts/workload-identity.md)
+	cfg.PaydbURL = unreachablePaydb  // refused before any connection
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := payment.Run(ctx, cfg)

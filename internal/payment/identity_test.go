@@ -395,6 +395,7 @@ func TestRunRefusesWithoutGrantKeys(t *testing.T) {
 	cfg := payment.DefaultConfig()
 	cfg.Identity = identity.Files(certs, identity.NamePaymentResource)
 	cfg.Listener, cfg.LogOutput = ln, io.Discard
+	cfg.PaydbURL = unreachablePaydb // refused before any connection
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = payment.Run(ctx, cfg)
