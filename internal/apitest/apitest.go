@@ -138,6 +138,11 @@ func NewFromDocument(s api.Service, raw []byte) (*Checker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apitest: %s: %w", s, err)
 	}
+	return newChecker(s, p, raw)
+}
+
+// newChecker loads the document into p.
+func newChecker(s api.Service, p *process, raw []byte) (*Checker, error) {
 	doc, documented, err := p.load(raw)
 	if err != nil {
 		return nil, fmt.Errorf("apitest: %s: %w", s, err)

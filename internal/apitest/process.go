@@ -81,6 +81,7 @@ type (
 // process is a running validator. Requests carry ids, so callers on many
 // goroutines share it; the validator answers each as soon as it is done.
 type process struct {
+	cmd *exec.Cmd
 	wmu sync.Mutex // one request line at a time
 	enc *json.Encoder
 
@@ -148,13 +149,13 @@ func startProcess() (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the validator: %w", err)
 	}
-	p := &process{enc: json.NewEncoder(stdin), waiting: map[uint64]chan answer{}}
-	go p.read(cmd, stdout)
+	p := &process{cmd: cmd, enc: json.NewEncoder(stdin), waiting: map[uint64]chan answer{}}
+	go p.read(stdout)
 	return p, nil
 }
 
 // read hands each answer to its caller until the validator stops.
-func (p *process) read(cmd *exec.Cmd, stdout io.Reader) {
+func (p *process) read(stdout io.Reader) {
 	dec := json.NewDecoder(stdout)
 	var err error
 	for {
@@ -170,7 +171,7 @@ func (p *process) read(cmd *exec.Cmd, stdout io.Reader) {
 			ch <- a // buffered: the caller may have given up
 		}
 	}
-	if werr := cmd.Wait(); werr != nil {
+	if werr := p.cmd.Wait(); werr != nil {
 		err = fmt.Errorf("%w (%w)", err, werr)
 	}
 	p.mu.Lock()
