@@ -73,7 +73,7 @@ func TestParseKeySet(t *testing.T) {
 // The set serves as the JWK Set of docs/contracts/signed-grants.md and reads back as itself.
 func TestKeySetRoundTrip(t *testing.T) {
 	a, b := newKeyPair(t), newKeyPair(t)
-	s := a.set.Join(b.set, a.set)
+	s := a.Set.Join(b.Set, a.Set)
 	if s.Len() != 2 {
 		t.Fatalf("joined set has %d keys, want 2", s.Len())
 	}
@@ -85,8 +85,8 @@ func TestKeySetRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(back.IDs(), ",") != a.kid+","+b.kid {
-		t.Errorf("read back %v, want [%s %s]", back.IDs(), a.kid, b.kid)
+	if strings.Join(back.IDs(), ",") != a.KID+","+b.KID {
+		t.Errorf("read back %v, want [%s %s]", back.IDs(), a.KID, b.KID)
 	}
 	empty, _ := json.Marshal(&fence.KeySet{})
 	if string(empty) != `{"keys":[]}` {

@@ -105,8 +105,8 @@ func read(t *testing.T, resp *http.Response) answer {
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 0)
-	real := k.sign(t, "ledger:acct-1", 42, "worker-1")
+	v := newVerifier(t, k.Set, 0)
+	real := k.Sign(t, "ledger:acct-1", 42, "worker-1")
 	hdr := func(token, owner string, grants ...string) http.Header {
 		h := http.Header{}
 		if token != "" {
@@ -279,11 +279,11 @@ func present(t *testing.T, cfg *tls.Config, url, g string) answer {
 func TestMiddlewareWorkload(t *testing.T) {
 	t.Parallel()
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 0)
+	v := newVerifier(t, k.Set, 0)
 	w := newMTLS(t)
 	ledgerID := w.ledger.ID()
-	held := mustOf(t)(k.signer.SignFor("ledger:acct-1", 42, "worker-1", w.a.ID().String(), time.Unix(1_700_000_000, 0)))
-	noWid := k.sign(t, "ledger:acct-1", 42, "worker-1")
+	held := mustOf(t)(k.Signer.SignFor("ledger:acct-1", 42, "worker-1", w.a.ID().String(), time.Unix(1_700_000_000, 0)))
+	noWid := k.Sign(t, "ledger:acct-1", 42, "worker-1")
 
 	strict := serveTLS(t, newGuarded(v).handler, w.ledger.ServerConfig())
 	rollout := serveTLS(t, newGuarded(v, fence.AcceptGrantsWithoutWorkload()).handler, w.ledger.ServerConfig())

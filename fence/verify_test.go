@@ -2,65 +2,24 @@ package fence_test
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"lock.dev/fence"
-	"lock.dev/internal/grant"
 	"lock.dev/internal/grant/forge"
+	"lock.dev/internal/grant/granttest"
 )
 
-// keyPair is a signing key with its signer and public key set.
-type keyPair struct {
-	priv   ed25519.PrivateKey
-	pub    ed25519.PublicKey
-	kid    string
-	signer *grant.Signer
-	set    *fence.KeySet
-}
+// keyPair and mustOf are granttest's, shared by the grant and fence tests.
+type keyPair = granttest.KeyPair
 
-func newKeyPair(t testing.TB) keyPair {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := grant.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := fence.NewKeySet(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keyPair{priv: priv, pub: pub, kid: s.KeyID(), signer: s, set: set}
-}
+func newKeyPair(t testing.TB) keyPair { return granttest.NewKeyPair(t) }
 
-func (k keyPair) sign(t testing.TB, lock string, token int64, owner string) string {
-	t.Helper()
-	g, err := k.signer.Sign(lock, token, owner, time.Unix(1_700_000_000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// mustOf turns a (string, error) call into its string, failing t on the error.
-func mustOf(t testing.TB) func(string, error) string {
-	return func(s string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-}
+func mustOf(t testing.TB) func(string, error) string { return granttest.Must(t) }
 
 // check is v.Verify's refusal, nil when it accepts.
 func check(v *fence.Verifier, g string, p fence.Presented) *fence.Rejection {
@@ -124,7 +83,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 	m := mustOf(t)
 	const lock, token, owner = "account:acct-1", int64(42), "executor-1"
 	p := fence.Presented{Lock: lock, Token: token, Owner: owner}
-	real := k.sign(t, lock, token, owner)
+	real := k.Sign(t, lock, token, owner)
 	claims := func(edit func(forge.Claims)) forge.Claims {
 		c := forge.GrantClaims(lock, token, owner)
 		if edit != nil {
@@ -133,16 +92,16 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 		return c
 	}
 	header := func(edit func(forge.Header)) forge.Header {
-		h := forge.GrantHeader(k.kid)
+		h := forge.GrantHeader(k.KID)
 		if edit != nil {
 			edit(h)
 		}
 		return h
 	}
 	signed := func(h forge.Header, c forge.Claims) string {
-		return m(forge.Sign(k.priv, h, c))
+		return m(forge.Sign(k.Priv, h, c))
 	}
-	pubJWK, err := forge.PublicKeyJSON(k.pub)
+	pubJWK, err := forge.PublicKeyJSON(k.Pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +115,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 	var spare string
 	var spareP fence.Presented
 	for _, o := range []string{owner, owner + "x", owner + "xy"} {
-		if g := k.sign(t, lock, token, o); len(strings.Split(g, ".")[1])%4 != 0 {
+		if g := k.Sign(t, lock, token, o); len(strings.Split(g, ".")[1])%4 != 0 {
 			spare, spareP = g, fence.Presented{Lock: lock, Token: token, Owner: o}
 			break
 		}
@@ -169,8 +128,8 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 		hj += " "
 	}
 	spacedHeader := strings.TrimSuffix(forge.Raw(hj, decodePart(t, real, 1), ""), ".")
-	spacedHeader += "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, []byte(spacedHeader)))
-	if r := check(newVerifier(t, k.set, 0), spacedHeader, p); r != nil {
+	spacedHeader += "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.Priv, []byte(spacedHeader)))
+	if r := check(newVerifier(t, k.Set, 0), spacedHeader, p); r != nil {
 		t.Fatalf("the spaced header's grant is refused (%s): the respelled case would prove nothing", r.Reason)
 	}
 
@@ -186,7 +145,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 		{"claims not base64url", rawHeader + ".!!." + parts[2], p, fence.ReasonMalformed},
 		{"alg none", m(forge.Unsigned(header(nil), claims(nil))), p, fence.ReasonMalformed},
 		{"HS256 keyed with the public key (algorithm confusion)", m(forge.HMAC(pubJWK, header(nil), claims(nil))), p, fence.ReasonMalformed},
-		{"HS256 keyed with the raw public key", m(forge.HMAC(k.pub, header(nil), claims(nil))), p, fence.ReasonMalformed},
+		{"HS256 keyed with the raw public key", m(forge.HMAC(k.Pub, header(nil), claims(nil))), p, fence.ReasonMalformed},
 		{"alg RS256", signed(header(func(h forge.Header) { h["alg"] = "RS256" }), claims(nil)), p, fence.ReasonMalformed},
 		{"alg Ed25519", signed(header(func(h forge.Header) { h["alg"] = "Ed25519" }), claims(nil)), p, fence.ReasonMalformed},
 		{"typ JWT", signed(header(func(h forge.Header) { h["typ"] = "JWT" }), claims(nil)), p, fence.ReasonMalformed},
@@ -196,7 +155,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 		{"kid a number", signed(header(func(h forge.Header) { h["kid"] = 7 }), claims(nil)), p, fence.ReasonMalformed},
 		{"header crit", signed(header(func(h forge.Header) { h["crit"] = []string{"b64"}; h["b64"] = false }), claims(nil)), p, fence.ReasonMalformed},
 		{"header embeds a jwk", signed(header(func(h forge.Header) { h["jwk"] = map[string]string{"kty": "OKP"} }), claims(nil)), p, fence.ReasonMalformed},
-		{"header alg twice", forge.Raw(`{"alg":"none","alg":"EdDSA","typ":"lockgrant+jwt","kid":"`+k.kid+`"}`, decodePart(t, real, 1), parts[2]), p, fence.ReasonMalformed},
+		{"header alg twice", forge.Raw(`{"alg":"none","alg":"EdDSA","typ":"lockgrant+jwt","kid":"`+k.KID+`"}`, decodePart(t, real, 1), parts[2]), p, fence.ReasonMalformed},
 		{"tok a JSON number", signed(header(nil), claims(func(c forge.Claims) { c["tok"] = 42 })), p, fence.ReasonMalformed},
 		{"tok with a leading zero", signed(header(nil), claims(func(c forge.Claims) { c["tok"] = "042" })), p, fence.ReasonMalformed},
 		{"tok beyond int64", signed(header(nil), claims(func(c forge.Claims) { c["tok"] = "9223372036854775808" })), p, fence.ReasonMalformed},
@@ -217,15 +176,15 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 		{"claims padded with =", spareParts[0] + "." + spareParts[1] + strings.Repeat("=", 4-len(spareParts[1])%4) + "." + spareParts[2], spareP, fence.ReasonMalformed},
 		{"a line break inside the signature", parts[0] + "." + parts[1] + "." + parts[2][:10] + "\n" + parts[2][10:], p, fence.ReasonMalformed},
 		{"longer than the bound", real + strings.Repeat("A", fence.MaxGrantBytes), p, fence.ReasonMalformed},
-		{"malformed before unknown key", m(forge.Sign(rogue.priv, forge.GrantHeader(rogue.kid), claims(func(c forge.Claims) { c["tok"] = 42 }))), p, fence.ReasonMalformed},
+		{"malformed before unknown key", m(forge.Sign(rogue.Priv, forge.GrantHeader(rogue.KID), claims(func(c forge.Claims) { c["tok"] = 42 }))), p, fence.ReasonMalformed},
 
-		{"signed by another key", m(forge.OwnKey(rogue.priv, lock, token, owner)), p, fence.ReasonUnknownKey},
-		{"unknown key before wrong issuer", m(forge.Sign(rogue.priv, forge.GrantHeader(rogue.kid), claims(func(c forge.Claims) { c["iss"] = "rogue" }))), p, fence.ReasonUnknownKey},
+		{"signed by another key", m(forge.OwnKey(rogue.Priv, lock, token, owner)), p, fence.ReasonUnknownKey},
+		{"unknown key before wrong issuer", m(forge.Sign(rogue.Priv, forge.GrantHeader(rogue.KID), claims(func(c forge.Claims) { c["iss"] = "rogue" }))), p, fence.ReasonUnknownKey},
 
 		{"token edited in the claims", m(forge.EditToken(real, 9223372036854775807)), fence.Presented{Lock: lock, Token: 9223372036854775807, Owner: owner}, fence.ReasonBadSignature},
 		{"lock edited in the claims", m(forge.EditClaims(real, func(c forge.Claims) { c["lock"] = "account:acct-10" })), fence.Presented{Lock: "account:acct-10", Token: token, Owner: owner}, fence.ReasonBadSignature},
 		{"signature bit flipped", flipped, p, fence.ReasonBadSignature},
-		{"another key under the real kid", m(forge.Sign(rogue.priv, forge.GrantHeader(k.kid), claims(nil))), p, fence.ReasonBadSignature},
+		{"another key under the real kid", m(forge.Sign(rogue.Priv, forge.GrantHeader(k.KID), claims(nil))), p, fence.ReasonBadSignature},
 		{"bad signature before lock mismatch", flipped, fence.Presented{Lock: "account:acct-10", Token: token, Owner: owner}, fence.ReasonBadSignature},
 
 		{"issuer not lock-server", signed(header(nil), claims(func(c forge.Claims) { c["iss"] = "lock-server-2" })), p, fence.ReasonWrongIssuer},
@@ -245,7 +204,7 @@ func refusalCases(t testing.TB, k, rogue keyPair) []refusalCase {
 
 func TestVerifyRefusesInTheDocumentedOrder(t *testing.T) {
 	k, rogue := newKeyPair(t), newKeyPair(t)
-	v := newVerifier(t, k.set, 0)
+	v := newVerifier(t, k.Set, 0)
 	for _, c := range refusalCases(t, k, rogue) {
 		t.Run(c.name, func(t *testing.T) {
 			r := check(v, c.grant, c.p)
@@ -266,8 +225,8 @@ func TestVerifyRefusesInTheDocumentedOrder(t *testing.T) {
 // lock, token or owner still passes for no other.
 func TestCachedGrantIsMatchedAgainstEachRequest(t *testing.T) {
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 0)
-	g := k.sign(t, "account:acct-1", 42, "executor-1")
+	v := newVerifier(t, k.Set, 0)
+	g := k.Sign(t, "account:acct-1", 42, "executor-1")
 	ok := fence.Presented{Lock: "account:acct-1", Token: 42, Owner: "executor-1"}
 	for i := range 3 {
 		if r := check(v, g, ok); r != nil {
@@ -296,14 +255,14 @@ func TestCachedGrantIsMatchedAgainstEachRequest(t *testing.T) {
 func TestRefusedGrantsAreNotRemembered(t *testing.T) {
 	k, rogue := newKeyPair(t), newKeyPair(t)
 	m := mustOf(t)
-	v := newVerifier(t, k.set, 2)
-	real := k.sign(t, "account:a", 1, "o")
+	v := newVerifier(t, k.Set, 2)
+	real := k.Sign(t, "account:a", 1, "o")
 	p := fence.Presented{Lock: "account:a", Token: 1, Owner: "o"}
 	if r := check(v, real, p); r != nil {
 		t.Fatal(r)
 	}
 	for i := range 50 {
-		bad := m(forge.OwnKey(rogue.priv, "account:a", int64(i+2), "o"))
+		bad := m(forge.OwnKey(rogue.Priv, "account:a", int64(i+2), "o"))
 		for range 2 {
 			if r := check(v, bad, fence.Presented{Lock: "account:a", Token: int64(i + 2), Owner: "o"}); r == nil || r.Reason != fence.ReasonUnknownKey {
 				t.Fatalf("forged grant %d: %v", i, r)
@@ -318,10 +277,10 @@ func TestRefusedGrantsAreNotRemembered(t *testing.T) {
 // The cache is bounded, and a grant pushed out is verified again, not refused.
 func TestCacheIsBounded(t *testing.T) {
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 8)
+	v := newVerifier(t, k.Set, 8)
 	for round := range 2 {
 		for i := range 100 {
-			g := k.sign(t, "account:a", int64(i+1), "o")
+			g := k.Sign(t, "account:a", int64(i+1), "o")
 			if r := check(v, g, fence.Presented{Lock: "account:a", Token: int64(i + 1), Owner: "o"}); r != nil {
 				t.Fatalf("round %d grant %d: %v", round, i, r)
 			}
@@ -336,11 +295,11 @@ func TestCacheIsBounded(t *testing.T) {
 // (run with -race): every verdict is right.
 func TestVerifyConcurrently(t *testing.T) {
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 16)
+	v := newVerifier(t, k.Set, 16)
 	const accounts = 40
 	grants := make([]string, accounts)
 	for i := range grants {
-		grants[i] = k.sign(t, fmt.Sprintf("account:acct-%d", i), int64(i+1), "o")
+		grants[i] = k.Sign(t, fmt.Sprintf("account:acct-%d", i), int64(i+1), "o")
 	}
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -369,15 +328,15 @@ func TestVerifyConcurrently(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	old, cur := newKeyPair(t), newKeyPair(t)
 	p := fence.Presented{Lock: "account:a", Token: 5, Owner: "o"}
-	byOld, byNew := old.sign(t, p.Lock, p.Token, p.Owner), cur.sign(t, p.Lock, p.Token, p.Owner)
+	byOld, byNew := old.Sign(t, p.Lock, p.Token, p.Owner), cur.Sign(t, p.Lock, p.Token, p.Owner)
 
-	both := newVerifier(t, cur.set.Join(old.set), 0)
+	both := newVerifier(t, cur.Set.Join(old.Set), 0)
 	for name, g := range map[string]string{"old": byOld, "new": byNew} {
 		if r := check(both, g, p); r != nil {
 			t.Errorf("old+new verifier refuses the %s key's grant: %v", name, r)
 		}
 	}
-	onlyNew := newVerifier(t, cur.set, 0)
+	onlyNew := newVerifier(t, cur.Set, 0)
 	if r := check(onlyNew, byNew, p); r != nil {
 		t.Errorf("new-only verifier refuses the new key's grant: %v", r)
 	}
@@ -397,7 +356,7 @@ func TestNewVerifierNeedsAKey(t *testing.T) {
 // base64url, so not even another spelling of the same bytes passes.
 func FuzzVerify(f *testing.F) {
 	k, rogue := newKeyPair(f), newKeyPair(f)
-	real := k.sign(f, "account:acct-1", 42, "executor-1")
+	real := k.Sign(f, "account:acct-1", 42, "executor-1")
 	f.Add(real)
 	for _, c := range refusalCases(f, k, rogue) {
 		f.Add(c.grant)
@@ -407,7 +366,7 @@ func FuzzVerify(f *testing.F) {
 		reasons[r] = true
 	}
 	f.Fuzz(func(t *testing.T, g string) {
-		v := newVerifier(t, k.set, 4)
+		v := newVerifier(t, k.Set, 4)
 		r := check(v, g, fence.Presented{Lock: "account:acct-1", Token: 42, Owner: "executor-1"})
 		if r != nil {
 			if !reasons[r.Reason] {

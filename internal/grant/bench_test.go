@@ -31,14 +31,14 @@ func BenchmarkGateCheck(b *testing.B) {
 	fenced := make([]grant.Fenced, pool)
 	for i := range pool {
 		acct := fmt.Sprintf("acct-%04d", i)
-		g := k.sign(b, lockapi.AccountLockName(acct), int64(1000+i), "executor-1")
+		g := k.Sign(b, lockapi.AccountLockName(acct), int64(1000+i), "executor-1")
 		r := httptest.NewRequest(http.MethodPost, "/v1/rail/submissions", nil)
 		r.Header.Set(lockapi.HeaderFencingGrant, g)
 		reqs[i] = r
 		fenced[i] = grant.Fenced{AccountID: acct, PayoutID: "p-1", Token: int64(1000 + i), OwnerID: "executor-1"}
 	}
 	run := func(b *testing.B, cacheSize int) {
-		g, err := grant.NewGate(k.set, cacheSize, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+		g, err := grant.NewGate(k.Set, cacheSize, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -40,8 +40,8 @@ func check(g *grant.Gate, grants ...string) (*httptest.ResponseRecorder, bool) {
 // under its reason and logged at WARN without the grant.
 func TestGateRefusal(t *testing.T) {
 	k := newKeyPair(t)
-	g, reg, logs := newGate(t, k.set)
-	real := k.sign(t, "account:acct-1", 41, "executor-1") // one below X-Fencing-Token
+	g, reg, logs := newGate(t, k.Set)
+	real := k.Sign(t, "account:acct-1", 41, "executor-1") // one below X-Fencing-Token
 
 	w, ok := check(g, real)
 	if ok {
@@ -95,8 +95,8 @@ func rejected(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // The header absent, empty or given twice.
 func TestGateHeader(t *testing.T) {
 	k := newKeyPair(t)
-	g, _, _ := newGate(t, k.set)
-	real := k.sign(t, "account:acct-1", 42, "executor-1")
+	g, _, _ := newGate(t, k.Set)
+	real := k.Sign(t, "account:acct-1", 42, "executor-1")
 	for name, c := range map[string]struct {
 		grants []string
 		reason string
@@ -137,7 +137,7 @@ func TestGateWithoutKeys(t *testing.T) {
 	}
 
 	k := newKeyPair(t)
-	g2, reg2, logs2 := newGate(t, k.set)
+	g2, reg2, logs2 := newGate(t, k.Set)
 	if n := len(rejected(t, reg2)); n != len(grant.Reasons) {
 		t.Errorf("with keys, grant_rejected_total has %d series, want %d", n, len(grant.Reasons))
 	}

@@ -1,65 +1,24 @@
 package grant_test
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"lock.dev/fence"
 	"lock.dev/internal/grant"
+	"lock.dev/internal/grant/granttest"
 )
 
-// keyPair is a signing key with its signer and public key set.
-type keyPair struct {
-	priv   ed25519.PrivateKey
-	pub    ed25519.PublicKey
-	kid    string
-	signer *grant.Signer
-	set    *grant.KeySet
-}
+// keyPair and mustOf are granttest's, shared by the grant and fence tests.
+type keyPair = granttest.KeyPair
 
-func newKeyPair(t testing.TB) keyPair {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := grant.NewSigner(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := fence.NewKeySet(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keyPair{priv: priv, pub: pub, kid: s.KeyID(), signer: s, set: set}
-}
+func newKeyPair(t testing.TB) keyPair { return granttest.NewKeyPair(t) }
 
-func (k keyPair) sign(t testing.TB, lock string, token int64, owner string) string {
-	t.Helper()
-	g, err := k.signer.Sign(lock, token, owner, time.Unix(1_700_000_000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// mustOf turns a (string, error) call into its string, failing t on the error.
-func mustOf(t testing.TB) func(string, error) string {
-	return func(s string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-}
+func mustOf(t testing.TB) func(string, error) string { return granttest.Must(t) }
 
 func newVerifier(t testing.TB, set *grant.KeySet, size int) *fence.Verifier {
 	t.Helper()
@@ -96,19 +55,19 @@ func decodePart(t testing.TB, g string, i int) string {
 // string, sub, iat.
 func TestSignedGrantHasTheDocumentedShape(t *testing.T) {
 	k := newKeyPair(t)
-	g := k.sign(t, "account:acct-7", 9223372036854775807, "executor-1")
+	g := k.Sign(t, "account:acct-7", 9223372036854775807, "executor-1")
 	var h map[string]any
 	if err := json.Unmarshal([]byte(decodePart(t, g, 0)), &h); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"alg": "EdDSA", "typ": "lockgrant+jwt", "kid": k.kid}
+	want := map[string]any{"alg": "EdDSA", "typ": "lockgrant+jwt", "kid": k.KID}
 	if fmt.Sprint(h) != fmt.Sprint(want) {
 		t.Errorf("header %v, want %v", h, want)
 	}
 	if got, want := decodePart(t, g, 1), `{"iss":"lock-server","lock":"account:acct-7","tok":"9223372036854775807","sub":"executor-1","iat":1700000000}`; got != want {
 		t.Errorf("claims %s\nwant   %s", got, want)
 	}
-	if _, r := newVerifier(t, k.set, 0).Verify(g, grant.Presented{Lock: "account:acct-7", Token: 9223372036854775807, Owner: "executor-1"}); r != nil {
+	if _, r := newVerifier(t, k.Set, 0).Verify(g, grant.Presented{Lock: "account:acct-7", Token: 9223372036854775807, Owner: "executor-1"}); r != nil {
 		t.Errorf("a fresh grant is refused: %v", r)
 	}
 }
@@ -116,8 +75,8 @@ func TestSignedGrantHasTheDocumentedShape(t *testing.T) {
 // Renewals and GETs re-sign: the same facts must give the same bytes.
 func TestSigningIsDeterministic(t *testing.T) {
 	k := newKeyPair(t)
-	a := k.sign(t, "account:a", 3, "o")
-	b := k.sign(t, "account:a", 3, "o")
+	a := k.Sign(t, "account:a", 3, "o")
+	b := k.Sign(t, "account:a", 3, "o")
 	if a != b {
 		t.Errorf("two signatures of the same grant differ:\n%s\n%s", a, b)
 	}

@@ -113,7 +113,7 @@ func present(t *testing.T, cfg *tls.Config, url, g string) (int, string) {
 
 func newBoundGate(t *testing.T, k keyPair, widRequired bool) (*grant.Gate, *prometheus.Registry, *logcapture.Buffer) {
 	t.Helper()
-	g, reg, logs := newGate(t, k.set)
+	g, reg, logs := newGate(t, k.Set)
 	g.BindWorkload(true, widRequired)
 	return g, reg, logs
 }
@@ -142,7 +142,7 @@ func TestGrantReplayedByAnotherWorkloadIsRefused(t *testing.T) {
 	gate, reg, logs := newBoundGate(t, k, true)
 	url := fencePoint(t, w.fence, gate)
 	fenceID := w.fence.ID()
-	g := mustOf(t)(k.signer.SignFor("account:acct-1", 42, "executor-1", w.a.ID().String(), time.Unix(1_700_000_000, 0)))
+	g := mustOf(t)(k.Signer.SignFor("account:acct-1", 42, "executor-1", w.a.ID().String(), time.Unix(1_700_000_000, 0)))
 
 	if code, reason := present(t, w.a.ClientConfig(fenceID), url, g); code != 200 {
 		t.Fatalf("the holder workload: %d %s, want 200", code, reason)
@@ -166,7 +166,7 @@ func TestGrantReplayedByAnotherWorkloadIsRefused(t *testing.T) {
 func TestGrantWithoutWid(t *testing.T) {
 	w := newWorkloads(t)
 	k := newKeyPair(t)
-	g := k.sign(t, "account:acct-1", 42, "executor-1")
+	g := k.Sign(t, "account:acct-1", 42, "executor-1")
 	fenceID := w.fence.ID()
 
 	required, reg, _ := newBoundGate(t, k, true)
@@ -202,9 +202,9 @@ func TestGrantWithoutWid(t *testing.T) {
 func TestUnboundGateDoesNotCompareWid(t *testing.T) {
 	k := newKeyPair(t)
 	other := spiffeid.RequireFromString("spiffe://lock.dev/someone-else").String()
-	g := mustOf(t)(k.signer.SignFor("account:acct-1", 42, "executor-1", other, time.Unix(1_700_000_000, 0)))
+	g := mustOf(t)(k.Signer.SignFor("account:acct-1", 42, "executor-1", other, time.Unix(1_700_000_000, 0)))
 
-	unbound, _, _ := newGate(t, k.set)
+	unbound, _, _ := newGate(t, k.Set)
 	unbound.BindWorkload(false, true)
 	srv := httptest.NewServer(fenced(unbound))
 	t.Cleanup(srv.Close)
@@ -224,9 +224,9 @@ func TestUnboundGateDoesNotCompareWid(t *testing.T) {
 // SPIFFE ID string is malformed; lock-server writes it last.
 func TestWidClaim(t *testing.T) {
 	k := newKeyPair(t)
-	v := newVerifier(t, k.set, 0)
+	v := newVerifier(t, k.Set, 0)
 	p := grant.Presented{Lock: "account:acct-1", Token: 42, Owner: "executor-1"}
-	g := mustOf(t)(k.signer.SignFor(p.Lock, p.Token, p.Owner, "spiffe://lock.dev/executor", time.Unix(1_700_000_000, 0)))
+	g := mustOf(t)(k.Signer.SignFor(p.Lock, p.Token, p.Owner, "spiffe://lock.dev/executor", time.Unix(1_700_000_000, 0)))
 	if got, want := decodePart(t, g, 1), `{"iss":"lock-server","lock":"account:acct-1","tok":"42","sub":"executor-1","iat":1700000000,"wid":"spiffe://lock.dev/executor"}`; got != want {
 		t.Errorf("claims %s\nwant   %s", got, want)
 	}
@@ -247,7 +247,7 @@ func TestWidClaim(t *testing.T) {
 func TestKeySetFileIsReRead(t *testing.T) {
 	old, cur := newKeyPair(t), newKeyPair(t)
 	path := filepath.Join(t.TempDir(), "jwks.json")
-	writeSet(t, path, old.set)
+	writeSet(t, path, old.Set)
 	set, _, sum, err := grant.ReadKeySetSum(path)
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestKeySetFileIsReRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	kf := gate.WatchFile("RAIL_PROXY_GRANT_KEYS_FILE", path, sum)
-	byOld, byCur := old.sign(t, "account:acct-1", 42, "executor-1"), cur.sign(t, "account:acct-1", 42, "executor-1")
+	byOld, byCur := old.Sign(t, "account:acct-1", 42, "executor-1"), cur.Sign(t, "account:acct-1", 42, "executor-1")
 	if _, ok := check(gate, byOld); !ok {
 		t.Fatal("the old key's grant is refused before the rotation")
 	}
@@ -267,7 +267,7 @@ func TestKeySetFileIsReRead(t *testing.T) {
 		t.Fatalf("an unchanged file reloaded: %v, %s", err, logs.String())
 	}
 
-	writeSet(t, path, cur.set)
+	writeSet(t, path, cur.Set)
 	if err := kf.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func containsReason(w *httptest.ResponseRecorder, reason string) bool {
 func forgeWith(k keyPair, p grant.Presented, name string, value any) (string, error) {
 	c := forge.GrantClaims(p.Lock, p.Token, p.Owner)
 	c[name] = value
-	return forge.Sign(k.priv, forge.GrantHeader(k.kid), c)
+	return forge.Sign(k.Priv, forge.GrantHeader(k.KID), c)
 }
 
 // writeSet replaces the key set file at path with set, by a rename as
