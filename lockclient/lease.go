@@ -84,8 +84,18 @@ func newLease(parent context.Context, c *Client, name, owner string, dto lockapi
 	l.mu.Unlock()
 	if c.pauser != nil {
 		// Before the renewal loop starts and before the caller sees the lease,
-		// so the lease can be frozen from its first moment.
-		l.detach = c.pauser.Attach(l, leasepause.Hooks{Freeze: l.freeze, Thaw: l.thaw})
+		// so the lease can be frozen from its first moment. Under the lock: the
+		// deadline timer is armed, and when the acquire took longer than the
+		// lease's safe time (a slow answer across a database failover) it fires
+		// at once and ends the lease, which detaches it.
+		detach := c.pauser.Attach(l, leasepause.Hooks{Freeze: l.freeze, Thaw: l.thaw})
+		l.mu.Lock()
+		if l.ended {
+			detach()
+		} else {
+			l.detach = detach
+		}
+		l.mu.Unlock()
 	}
 	go l.run()
 	return l
