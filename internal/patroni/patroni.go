@@ -278,7 +278,7 @@ bootstrap:
     ttl: %[5]d
     loop_wait: %[6]d
     retry_timeout: %[7]d
-    maximum_lag_on_failover: 1048576
+    maximum_lag_on_failover: %[18]d
     synchronous_mode: %[8]s
     synchronous_mode_strict: %[8]s
     postgresql:
@@ -334,7 +334,7 @@ tags:
 watchdog:
   mode: "off"
 `, c.scope(), n.name, n.restPort, c.etcdClient, secs(c.opts.TTL), secs(c.opts.LoopWait), secs(c.opts.RetryTimeout), sync,
-		n.pgPort, n.data, c.bin, filepath.Join(c.dir, n.name+".pgpass"), replPass, superuser, superPass, rewindPass, socket)
+		n.pgPort, n.data, c.bin, filepath.Join(c.dir, n.name+".pgpass"), replPass, superuser, superPass, rewindPass, socket, c.maxLag())
 	if err := os.WriteFile(n.config, []byte(yml), 0o600); err != nil {
 		return fmt.Errorf("patroni: write %s: %w", n.config, err)
 	}
@@ -365,6 +365,16 @@ func ProcessesUnder(dir string) []string {
 		}
 	}
 	return out
+}
+
+// maxLag is Patroni's maximum_lag_on_failover: 1 MiB, its default; on an
+// Async cluster any lag, so that a replica held behind is still promoted (the
+// loss the Async cluster exists to show).
+func (c *Cluster) maxLag() int64 {
+	if c.opts.Async {
+		return 1 << 40
+	}
+	return 1 << 20
 }
 
 // URL is the connection string of database db naming every member, with
@@ -709,6 +719,85 @@ func (c *Cluster) Switchover(ctx context.Context, candidate string) error {
 		return fmt.Errorf("patroni: switchover to %s made %s the leader", candidate, m.Name)
 	}
 	return nil
+}
+
+// HoldReplication stops the leader's WAL senders (SIGSTOP): no standby
+// receives WAL until release is called (or the leader dies). On a synchronous
+// cluster every commit now waits for its standby — a commit in flight, neither
+// acknowledged nor refused, which a failover must not lose; on an asynchronous
+// one commits go on and exist on the leader alone. Stopping the senders (not a
+// receiver) keeps the WAL at the leader's door: a stopped receiver would still
+// find what its kernel had buffered once continued.
+func (c *Cluster) HoldReplication(ctx context.Context) (leader Member, release func(), err error) {
+	l, err := c.Leader(ctx)
+	if err != nil {
+		return Member{}, nil, err
+	}
+	pids, err := c.queryInts(ctx, l.Name, `SELECT pid FROM pg_stat_replication`)
+	if err != nil {
+		return Member{}, nil, err
+	}
+	if len(pids) == 0 {
+		return Member{}, nil, fmt.Errorf("patroni: %s has no WAL sender", l.Name)
+	}
+	var stopped []int
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			for _, p := range stopped {
+				_ = syscall.Kill(p, syscall.SIGCONT)
+			}
+			return Member{}, nil, fmt.Errorf("patroni: stop WAL sender %d: %w", pid, err)
+		}
+		stopped = append(stopped, pid)
+	}
+	var once sync.Once
+	return l, func() {
+		once.Do(func() {
+			for _, p := range stopped {
+				_ = syscall.Kill(p, syscall.SIGCONT)
+			}
+		})
+	}, nil
+}
+
+// WaitCommitWaiting waits until at least one commit on member waits for a
+// synchronous standby (wait_event SyncRep).
+func (c *Cluster) WaitCommitWaiting(ctx context.Context, member string) error {
+	var lastErr error
+	err := poll(ctx, 10*time.Millisecond, func(ctx context.Context) bool {
+		n, err := c.queryInts(ctx, member, `SELECT count(*)::int FROM pg_stat_activity WHERE wait_event = 'SyncRep'`)
+		lastErr = err
+		return err == nil && len(n) == 1 && n[0] > 0
+	})
+	if err != nil {
+		return fmt.Errorf("patroni: no commit on %s waits for a standby: %w (last error: %v)", member, err, lastErr)
+	}
+	return nil
+}
+
+// queryInts runs a query returning one int column on member's postgres
+// database, bounded.
+func (c *Cluster) queryInts(ctx context.Context, member, sql string) ([]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	url, err := c.MemberURL(member, "postgres")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("patroni: connect to %s: %w", member, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("patroni: %s on %s: %w", sql, member, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("patroni: %s on %s: %w", sql, member, err)
+	}
+	return out, nil
 }
 
 // StartMember starts member's Patroni (which starts its PostgreSQL, cloning or

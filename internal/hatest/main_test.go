@@ -1,0 +1,51 @@
+package hatest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"lock.dev/internal/patroni"
+)
+
+// cluster is the package's Patroni cluster, started once by TestMain: three
+// members, synchronous mode strict. Every test finds it healthy (a leader, a
+// synchronous standby, every member streaming) and leaves it so.
+var cluster *patroni.Cluster
+
+// clusterOptions shorten Patroni's timers from the recipe's (ttl 20 s) so that a
+// killed leader is replaced within about 12 s, keeping ttl >= loop_wait +
+// 2*retry_timeout as Patroni asks.
+var clusterOptions = patroni.Options{TTL: 12 * time.Second, LoopWait: 2 * time.Second, RetryTimeout: 5 * time.Second}
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+// run starts the cluster, runs the tests and stops the cluster. Without
+// Patroni or etcd the package fails, saying what to install: these tests are
+// part of the proof and are never skipped.
+func run(m *testing.M) int {
+	if err := patroni.Check(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the high-availability tests need Patroni, etcd and PostgreSQL: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logs strings.Builder
+	opts := clusterOptions
+	opts.Log = &logs
+	c, err := patroni.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: start the Patroni cluster: %v\n%s\n", err, logs.String())
+		return 1
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: stop the Patroni cluster: %v\n", err)
+		return 1
+	}
+	return code
+}
