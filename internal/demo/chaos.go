@@ -59,7 +59,7 @@ func (s *scenario) chaos(ctx context.Context) {
 			slowUntil = time.Time{}
 			continue
 		}
-		if s.cfg.Failover && !failedOver && crashes == s.cfg.Crashes && s.settledFrac.Load() >= failoverPoint {
+		if s.cfg.Failover != "" && !failedOver && crashes == s.cfg.Crashes && s.settledFrac.Load() >= failoverPoint {
 			failedOver = true
 			if err := s.failover(ctx); err != nil { // failover.go
 				if ctx.Err() == nil {

@@ -42,10 +42,14 @@ type Config struct {
 	// allows each workload only its part, and grants are always signed and
 	// verified. The attack's identity rows then show what identities stop.
 	UnsafeNoAuth bool
-	// Failover runs paydb and lockdb on a primary and a synchronous standby and,
-	// mid-run, kills the primary (SIGKILL) and promotes the standby. It
-	// is one fenced run: no --compare, no --attack.
-	Failover bool
+	// Failover is --failover: "" none, FailoverPromote or FailoverPatroni.
+	// Promote runs paydb and lockdb on a primary and a synchronous standby and,
+	// mid-run, kills the primary (SIGKILL) and promotes the standby by hand
+	// (pg_ctl promote). Patroni runs them on a Patroni cluster (etcd and three
+	// PostgreSQL nodes in synchronous_mode_strict) and, mid-run, kills the
+	// leader (SIGKILL, Patroni and its PostgreSQL) and lets Patroni promote.
+	// Either is one fenced run: no --compare, no --attack.
+	Failover string
 
 	// RailProtocol is the language rail-proxy and rail-stub speak: "stub"
 	// (rail-stub's JSON) or "iso20022" (pain.001 out, pain.002 back, camt.053
@@ -67,6 +71,49 @@ type Config struct {
 	Pause              time.Duration // EXECUTOR_PAUSE
 	RailReadTimeout    time.Duration // RAIL_READ_TIMEOUT
 	RailConnectTimeout time.Duration // RAIL_CONNECT_TIMEOUT
+}
+
+// The values of Config.Failover (--failover=…); a bare --failover is
+// FailoverPromote, as before the flag took a value.
+const (
+	FailoverPromote = "promote"
+	FailoverPatroni = "patroni"
+)
+
+// patroniMaxDuration is --max-duration's default with --failover=patroni:
+// Patroni promotes only once the dead leader's key has expired in etcd (ttl,
+// 20 s at the least), during which nothing is admitted, so the run needs that
+// much more than the default to settle every payout.
+const patroniMaxDuration = 2 * time.Minute
+
+// failoverFlag is --failover's flag.Value. It is a boolean flag to the flag
+// package (IsBoolFlag), so a bare --failover still parses, as "true", and means
+// FailoverPromote; a mode is given with "=": --failover=patroni. (A boolean
+// flag takes no separate argument: "--failover patroni" leaves "patroni" as an
+// argument, which ParseArgs refuses with a hint.)
+type failoverFlag struct{ mode *string }
+
+func (f failoverFlag) String() string {
+	if f.mode == nil {
+		return ""
+	}
+	return *f.mode
+}
+
+func (f failoverFlag) IsBoolFlag() bool { return true }
+
+func (f failoverFlag) Set(v string) error {
+	switch v {
+	case "true", FailoverPromote:
+		*f.mode = FailoverPromote
+	case "false", "":
+		*f.mode = ""
+	case FailoverPatroni:
+		*f.mode = FailoverPatroni
+	default:
+		return fmt.Errorf("must be %s or %s (a bare --failover is %s)", FailoverPromote, FailoverPatroni, FailoverPromote)
+	}
+	return nil
 }
 
 // DefaultConfig is lockdemo's defaults: both runs finish well inside two minutes
@@ -136,10 +183,12 @@ func (c Config) Validate() error {
 		return errors.New("--rail-read-timeout and --rail-connect-timeout must be positive")
 	case (c.PaydbURL == "") != (c.LockdbURL == ""):
 		return errors.New("--paydb-url and --lockdb-url go together")
-	case c.Failover && c.PaydbURL != "":
-		return errors.New("--failover starts its own primary and standby: not with --paydb-url")
-	case c.Failover && (c.Compare || c.Attack):
-		return errors.New("--failover is one run on a replicated pair: not with --compare or --attack")
+	case c.Failover != "" && c.Failover != FailoverPromote && c.Failover != FailoverPatroni:
+		return fmt.Errorf("--failover must be %s or %s", FailoverPromote, FailoverPatroni)
+	case c.Failover != "" && c.PaydbURL != "":
+		return errors.New("--failover starts its own replicated databases: not with --paydb-url")
+	case c.Failover != "" && (c.Compare || c.Attack):
+		return errors.New("--failover is one run on replicated databases: not with --compare or --attack")
 	case !c.Grants && !c.UnsafeNoAuth:
 		return errors.New("--grants=false needs --unsafe-no-auth: with identities on every service requires its grant keys (docs/contracts/workload-identity.md)")
 	case c.RailProtocol != stack.RailStub && c.RailProtocol != stack.RailISO20022:
@@ -176,7 +225,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Grants, "grants", cfg.Grants, "lock-server signs grants and rail-proxy and payment-resource verify them (docs/contracts/signed-grants.md) in the runs")
 	fs.BoolVar(&cfg.Attack, "attack", cfg.Attack, "after the runs, a rogue client with no lease presents a huge token, with grants verified and not, and an insider with genuine leases makes moves the books never made, with the books checked and not (needs the throwaway PostgreSQL)")
 	fs.BoolVar(&cfg.UnsafeNoAuth, "unsafe-no-auth", cfg.UnsafeNoAuth, "run every service plaintext with UNSAFE_NO_AUTH=true: no workload identities, no roles (the attack's identity rows then succeed); grants only with --grants")
-	fs.BoolVar(&cfg.Failover, "failover", cfg.Failover, "paydb and lockdb on a primary and a synchronous standby; mid-run kill -9 the primary and promote the standby (one fenced run; see docs/operations/high-availability.md)")
+	fs.Var(failoverFlag{&cfg.Failover}, "failover", "one fenced run on replicated paydb and lockdb, the primary killed (SIGKILL) mid-run: bare or =promote, a primary and a synchronous standby promoted by hand (pg_ctl promote); =patroni, a Patroni cluster (etcd, three PostgreSQL nodes, synchronous_mode_strict) whose leader is killed and Patroni promotes (needs patroni and etcd installed; see docs/operations/high-availability.md)")
 	fs.StringVar(&cfg.RailProtocol, "rail-protocol", cfg.RailProtocol, "the rail's language: stub (rail-stub's JSON) or iso20022 (pain.001, pain.002, camt.053; RAIL_PROTOCOL, RAIL_STUB_PROTOCOL, PAYMENT_RAIL_PROFILE; docs/contracts/iso20022.md)")
 	fs.StringVar(&cfg.StatementSource, "statement-source", cfg.StatementSource, "where the reconciler reads the rail's statement: proxy (rail-proxy's statement route) or dir (camt.053 files rail-stub writes every 500ms; RECONCILER_STATEMENT_SOURCE, RAIL_STUB_STATEMENT_DIR)")
 	fs.BoolVar(&cfg.JSON, "json", cfg.JSON, "print the report as JSON on stdout")
@@ -217,6 +266,9 @@ usage: lockdemo [flags]
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
+		if a := fs.Arg(0); cfg.Failover != "" && (a == FailoverPromote || a == FailoverPatroni) {
+			return cfg, fmt.Errorf("unexpected argument %q: write --failover=%s", a, a)
+		}
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	set := map[string]bool{}
@@ -224,15 +276,18 @@ usage: lockdemo [flags]
 	if set["fencing"] && !set["compare"] {
 		cfg.Compare = false
 	}
-	// --failover alone is one run on a pair; --compare or --attack given with it
-	// are refused by Validate.
-	if cfg.Failover {
+	// --failover alone is one run on replicated databases; --compare or --attack
+	// given with it are refused by Validate.
+	if cfg.Failover != "" {
 		if !set["compare"] {
 			cfg.Compare = false
 		}
 		if !set["attack"] {
 			cfg.Attack = false
 		}
+	}
+	if cfg.Failover == FailoverPatroni && !set["max-duration"] {
+		cfg.MaxDuration = patroniMaxDuration
 	}
 	return cfg, cfg.Validate()
 }

@@ -33,12 +33,32 @@ func TestParseArgs(t *testing.T) {
 		t.Errorf("--compare given explicitly wins: %+v %v", cfg, err)
 	}
 	cfg, err = ParseArgs([]string{"--failover"}, nil)
-	if err != nil || !cfg.Failover || cfg.Compare || cfg.Attack || !cfg.Fencing {
-		t.Errorf("--failover alone is one fenced run on a pair, no attack: %+v %v", cfg, err)
+	if err != nil || cfg.Failover != FailoverPromote || cfg.Compare || cfg.Attack || !cfg.Fencing || cfg.MaxDuration != DefaultConfig().MaxDuration {
+		t.Errorf("--failover alone is one fenced run on a pair promoted by hand, no attack: %+v %v", cfg, err)
+	}
+	for _, args := range [][]string{{"--failover=promote"}, {"--failover=true"}, {"-failover"}} {
+		if cfg, err := ParseArgs(args, nil); err != nil || cfg.Failover != FailoverPromote {
+			t.Errorf("%v: %q %v, want %q", args, cfg.Failover, err, FailoverPromote)
+		}
+	}
+	cfg, err = ParseArgs([]string{"--failover=patroni"}, nil)
+	if err != nil || cfg.Failover != FailoverPatroni || cfg.Compare || cfg.Attack || !cfg.Fencing || cfg.MaxDuration != patroniMaxDuration {
+		t.Errorf("--failover=patroni is one fenced run on a Patroni cluster, no attack, the longer bound: %+v %v", cfg, err)
+	}
+	if cfg, err := ParseArgs([]string{"--failover=patroni", "--max-duration=90s"}, nil); err != nil || cfg.MaxDuration != 90*time.Second {
+		t.Errorf("--max-duration given with --failover=patroni wins: %v %v", cfg.MaxDuration, err)
+	}
+	if cfg, err := ParseArgs([]string{"--failover=false"}, nil); err != nil || cfg.Failover != "" || !cfg.Compare {
+		t.Errorf("--failover=false is no failover: %q %v", cfg.Failover, err)
+	}
+	if _, err := ParseArgs([]string{"--failover", "patroni"}, nil); err == nil || !strings.Contains(err.Error(), "--failover=patroni") {
+		t.Errorf("--failover patroni (a space): %v, want a hint to write --failover=patroni", err)
 	}
 	for _, bad := range [][]string{
-		{"--failover", "--compare"}, {"--failover", "--attack"},
+		{"--failover", "--compare"}, {"--failover", "--attack"}, {"--failover=patroni", "--attack"},
+		{"--failover=stolon"}, {"--failover=Patroni"},
 		{"--failover", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
+		{"--failover=patroni", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},
 		{"--payouts=0"}, {"--accounts=500"}, {"--chaos=1.5"}, {"--lease-ttl=500ms"}, {"--executors=0"},
 		{"--paydb-url=postgres://x/y"}, {"--nope"}, {"extra"}, {"--max-duration=1s"}, {"--pause-probability=2"},
 		{"--keep", "--paydb-url=postgres://x/p", "--lockdb-url=postgres://x/l"},

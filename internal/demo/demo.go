@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"lock.dev/internal/invariants"
+	"lock.dev/internal/patroni"
 	"lock.dev/internal/pgcluster"
 	"lock.dev/internal/stack"
 )
@@ -42,6 +43,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "lockdemo: %v (see --help)\n", err)
 		return 2
+	}
+	// Patroni, etcd and PostgreSQL's server binaries are not Go: missing, the
+	// run cannot start, and the error says what to install.
+	if cfg.Failover == FailoverPatroni {
+		if err := patroni.Check(); err != nil {
+			fmt.Fprintf(stderr, "lockdemo: --failover=patroni: %v\n", err)
+			return 2
+		}
 	}
 	ok, err := Run(ctx, cfg, stdout, stderr)
 	if err != nil {
@@ -95,6 +104,8 @@ type Settings struct {
 	InterruptedAfterMs int64   `json:"interruptedAfterMs"`
 	SettleAfterMs      int64   `json:"reconcilerSettleAfterMs"`
 	Failover           bool    `json:"failover,omitempty"`
+	// FailoverMode is --failover's value: "promote" or "patroni".
+	FailoverMode string `json:"failoverMode,omitempty"`
 	// RailProtocol and StatementSource are --rail-protocol and
 	// --statement-source: the rail's language and where the reconciler read
 	// its statement.
@@ -135,10 +146,28 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 		for i := range targets {
 			targets[i] = target{paydbURL: cfg.PaydbURL, lockdbURL: cfg.LockdbURL, wipe: i > 0}
 		}
-	} else if cfg.Failover {
+	} else if cfg.Failover == FailoverPromote {
 		p.say("starting a throwaway PostgreSQL primary and a synchronous standby …")
 		for i := range targets {
 			targets[i] = target{replicated: true}
+		}
+	} else if cfg.Failover == FailoverPatroni {
+		pc, perr := startPatroni(ctx, logFile, p)
+		if perr != nil {
+			return false, perr
+		}
+		defer func() {
+			// A failed run's evidence: etcd's and Patroni's logs beside the
+			// services' (the file is kept after a failure).
+			if !ok || err != nil {
+				_ = pc.WriteLogs(logFile)
+			}
+			if serr := pc.Stop(); serr != nil {
+				p.say("lockdemo: stopping the Patroni cluster: %v", serr)
+			}
+		}()
+		for i := range targets {
+			targets[i] = target{paydbURL: pc.URL("paydb"), lockdbURL: pc.URL("lockdb"), patroni: pc}
 		}
 	} else {
 		p.say("starting a throwaway PostgreSQL …")
@@ -302,7 +331,7 @@ func withDatabases(urls map[string]string, t target) map[string]string {
 	if urls == nil {
 		return nil
 	}
-	if t.paydbURL == "" { // the stack started the databases (--failover): its URLs stand
+	if t.paydbURL == "" { // the stack started the databases (--failover=promote): its URLs stand
 		return urls
 	}
 	urls["paydb"], urls["lockdb"] = t.paydbURL, t.lockdbURL
@@ -314,7 +343,7 @@ func settingsOf(cfg Config) Settings {
 		Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors, Workers: cfg.Workers,
 		Chaos: cfg.Chaos, PauseProbability: cfg.PauseProbability * cfg.Chaos, Crashes: cfg.Crashes, LeaseTTLMs: cfg.LeaseTTL.Milliseconds(), PauseMs: cfg.Pause.Milliseconds(),
 		RailReadTimeoutMs: cfg.RailReadTimeout.Milliseconds(), InterruptedAfterMs: cfg.InterruptedAfter().Milliseconds(),
-		SettleAfterMs: cfg.SettleAfter().Milliseconds(), Failover: cfg.Failover,
+		SettleAfterMs: cfg.SettleAfter().Milliseconds(), Failover: cfg.Failover != "", FailoverMode: cfg.Failover,
 		RailProtocol: cfg.RailProtocol, StatementSource: cfg.StatementSource,
 	}
 }
@@ -370,7 +399,10 @@ func writeReport(w io.Writer, cfg Config, runs []*Result, attacks []*AttackResul
 	writeIdentity(w, ident)   // identity.go
 	writeFailover(w, runs)    // failover.go
 	switch {
-	case ok && cfg.Failover:
+	case ok && cfg.Failover == FailoverPatroni:
+		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, across a Patroni failover of paydb and lockdb\n"+
+			"(the leader killed with SIGKILL, a standby promoted by Patroni).")
+	case ok && cfg.Failover != "":
 		fmt.Fprintln(w, "\nVERDICT: PASS — every invariant held with fencing on, across a failover of paydb and lockdb.")
 	case !failoverVerdict(cfg, runs):
 		fmt.Fprintln(w, "\nVERDICT: FAIL — the run ended before the failover (see --max-duration).")

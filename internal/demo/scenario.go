@@ -14,6 +14,7 @@ import (
 	"lock.dev/internal/executor"
 	"lock.dev/internal/identity"
 	"lock.dev/internal/invariants"
+	"lock.dev/internal/patroni"
 	"lock.dev/internal/payment"
 	"lock.dev/internal/railstub"
 	"lock.dev/internal/stack"
@@ -73,8 +74,9 @@ type target struct {
 	wipe                bool      // empty the databases first (the second run on given databases)
 	log                 io.Writer // the services' logs
 	progress            *progress
-	keysDir             string // where the run's grant keys are made (with Config.Grants)
-	replicated          bool   // a primary and a synchronous standby (--failover), started by the stack
+	keysDir             string           // where the run's grant keys are made (with Config.Grants)
+	replicated          bool             // a primary and a synchronous standby (--failover=promote), started by the stack
+	patroni             *patroni.Cluster // the Patroni cluster the URLs name (--failover=patroni)
 }
 
 // scenario is one run in progress.

@@ -156,7 +156,7 @@ func TestFailoverScenarioHoldsEveryInvariant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := shortConfig()
-	cfg.Payouts, cfg.Failover, cfg.Compare, cfg.Attack = 40, true, false, false
+	cfg.Payouts, cfg.Failover, cfg.Compare, cfg.Attack = 40, FailoverPromote, false, false
 	r, err := runScenario(ctx, cfg, true, target{replicated: true, log: io.Discard, keysDir: filepath.Join(t.TempDir(), "keys")})
 	if err != nil {
 		t.Fatal(err)
