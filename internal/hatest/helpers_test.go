@@ -25,7 +25,7 @@ import (
 )
 
 const (
-	loadAccounts = 4
+	loadAccounts = 3
 	settleAfter  = 2 * time.Second
 )
 
@@ -140,7 +140,7 @@ func startLoad(t *testing.T, ctx context.Context, c *patroni.Cluster) *loadRun {
 		cfg.Workers, cfg.LeaseTTL, cfg.ProxyTimeout = 2, time.Second, 7*time.Second
 		cfg.PollInterval, cfg.ReconcileInterval = 50*time.Millisecond, time.Second
 		// Stale writers: a frozen worker wakes after its lease has expired.
-		cfg.PauseProbability, cfg.Pause, cfg.Seed = 0.15, 1500*time.Millisecond, int64(11+i)
+		cfg.PauseProbability, cfg.Pause, cfg.Seed = 0.3, 1500*time.Millisecond, int64(11+i)
 		cfg.LogOutput = r.logs
 		ln, err := stack.Listener()
 		if err != nil {
@@ -256,6 +256,10 @@ type figures struct {
 	// firstCall is the time from the fault to the first rail call after it (a
 	// submission admitted by rail-proxy at the new leader's mark).
 	firstCall time.Duration
+	// pause is the longest time between two consecutive rail calls across the
+	// fault (the later after the fault, the earlier before recovery): how long
+	// the rail saw no payment.
+	pause time.Duration
 	// unavailable counts the 503 answers per service from the fault on.
 	unavailable map[string]int
 	created     int
@@ -319,6 +323,16 @@ func (r *loadRun) finish(fault, recovered time.Time, grantsBefore map[string][]i
 			if d := c.ReceivedAt.Sub(fault); f.firstCall == 0 || d < f.firstCall {
 				f.firstCall = d
 			}
+		}
+	}
+	at := make([]time.Time, 0, len(calls))
+	for _, c := range calls {
+		at = append(at, c.ReceivedAt)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(at); i++ {
+		if at[i].After(fault) && at[i-1].Before(recovered) {
+			f.pause = max(f.pause, at[i].Sub(at[i-1]))
 		}
 	}
 	for _, a := range st.Answers(fault, time.Time{}) {
@@ -416,10 +430,10 @@ func logFigures(t *testing.T, what string, f figures) {
 	if len(per) == 0 {
 		per = []string{"none"}
 	}
-	t.Logf("%s: new leader accepting writes after %s; first rail call after %s; 503s from the fault on: %s; "+
+	t.Logf("%s: new leader accepting writes after %s; first rail call after %s, longest pause between rail calls %s; 503s from the fault on: %s; "+
 		"%d payouts, %d rail calls (%d after the fault), %d stale submissions fenced; tokens handed out %d before, %d after (%d twice, %d not above); "+
 		"lock_grant rows %d before, %d at the end (%d lost)",
-		what, f.recovered.Sub(f.fault).Round(time.Millisecond), f.firstCall.Round(time.Millisecond), strings.Join(per, ", "),
+		what, f.recovered.Sub(f.fault).Round(time.Millisecond), f.firstCall.Round(time.Millisecond), f.pause.Round(time.Millisecond), strings.Join(per, ", "),
 		r.Payouts.Total, r.RailCalls.Total, f.callsAfter, r.Submissions.Fenced, f.issuedBefore, f.issuedAfter, len(f.tokensTwice), len(f.notAbove),
 		f.grantsBefore, f.grantsAfter, len(f.grantsLost))
 }

@@ -753,8 +753,12 @@ func (c *Cluster) HoldReplication(ctx context.Context) (leader Member, release f
 	var once sync.Once
 	return l, func() {
 		once.Do(func() {
+			// Senders that died with their leader are gone, and their pids may
+			// name other processes since: only this cluster's are continued.
 			for _, p := range stopped {
-				_ = syscall.Kill(p, syscall.SIGCONT)
+				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); err == nil && bytes.Contains(b, []byte(c.scope())) {
+					_ = syscall.Kill(p, syscall.SIGCONT)
+				}
 			}
 		})
 	}, nil
