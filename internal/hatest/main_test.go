@@ -43,8 +43,18 @@ func run(m *testing.M) int {
 	}
 	cluster = c
 	code := m.Run()
+	dir := c.Dir()
 	if err := c.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: stop the Patroni cluster: %v\n", err)
+		return 1
+	}
+	// Nothing may outlive the package: not a process, not a file.
+	if left := patroni.ProcessesUnder(dir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: processes left running after the cluster stopped:\n%s\n", strings.Join(left, "\n"))
+		return 1
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		fmt.Fprintf(os.Stderr, "FAIL: %s left behind after the cluster stopped (%v)\n", dir, err)
 		return 1
 	}
 	return code
