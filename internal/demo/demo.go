@@ -5,7 +5,10 @@
 // (stale writers) against a rail that is slow past the proxy's read timeout and
 // drops replies, kills rail-proxy mid-run, and then judges the ground truth with
 // package invariants. By default the same seeded scenario runs twice, with fencing
-// on and off, on fresh databases and a fresh rail-stub each.
+// on and off, on fresh databases and a fresh rail-stub each. With --failover it is
+// one fenced run on replicated databases whose primary is killed mid-run: a pair
+// promoted by hand (failover.go), or a Patroni cluster (internal/patroni) that
+// promotes by itself.
 //
 // A binary using this package calls stack.ChildMain first thing in main: the
 // crashed rail-proxy is this binary started again.
