@@ -22,7 +22,7 @@ func TestClusterFailsOverAndStops(t *testing.T) {
 	defer cancel()
 	var logs strings.Builder
 	t0 := time.Now()
-	c, err := patroni.Start(ctx, patroni.Options{TTL: 10 * time.Second, LoopWait: time.Second, RetryTimeout: 4 * time.Second, Log: &logs})
+	c, err := patroni.Start(ctx, patroni.Options{Log: &logs})
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, logs.String())
 	}
