@@ -92,19 +92,20 @@ func TestCancelledSyncWaitThenOldPrimaryRestarted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.EventuallyState(t, time.Minute, "the standbys running, without a leader", func() (bool, string) {
-		ms, err := cluster.Members(ctx)
-		if err != nil {
-			return false, err.Error()
+	// Patroni decides once every loop_wait: from the moment both run, watch two
+	// full loops and then some.
+	var watchUntil time.Time
+	for deadline := time.Now().Add(time.Minute); watchUntil.IsZero() || time.Now().Before(watchUntil); time.Sleep(200 * time.Millisecond) {
+		ms, err := cluster.Members(ctx) // an error: no member answers yet
+		if l, ok := leaderOf(ms); ok {
+			t.Fatalf("%s was promoted while the old primary, the only member with the cancelled commit, was down: %v", l.Name, ms)
 		}
-		return runningWithoutLeader(ms, a.standbys), fmt.Sprint(ms)
-	})
-	// Patroni decides once every loop_wait: watch two full loops and then some.
-	for end := time.Now().Add(2*clusterOptions.LoopWait + time.Second); time.Now().Before(end); {
-		if l, err := cluster.Leader(ctx); err == nil {
-			t.Fatalf("%s was promoted while the old primary, the only member with the cancelled commit, was down", l.Name)
+		if watchUntil.IsZero() && err == nil && running(ms, a.standbys) {
+			watchUntil = time.Now().Add(2*clusterOptions.LoopWait + time.Second)
 		}
-		time.Sleep(200 * time.Millisecond)
+		if watchUntil.IsZero() && time.Now().After(deadline) {
+			t.Fatalf("the standbys did not run within a minute: %v (%v)", ms, err)
+		}
 	}
 
 	if err := cluster.StartMember(ctx, a.leader); err != nil {
@@ -174,16 +175,23 @@ func attemptOn(ctx context.Context, c *patroni.Cluster, member, db, payoutID str
 	return a, nil
 }
 
-// runningWithoutLeader: every one of names is a running member, and no member leads.
-func runningWithoutLeader(ms []patroni.Member, names []string) bool {
-	running := 0
+// leaderOf is the member that leads, if one does.
+func leaderOf(ms []patroni.Member) (patroni.Member, bool) {
 	for _, m := range ms {
 		if m.Role == "leader" {
-			return false
-		}
-		if slices.Contains(names, m.Name) && (m.State == "running" || m.State == "streaming") {
-			running++
+			return m, true
 		}
 	}
-	return running == len(names)
+	return patroni.Member{}, false
+}
+
+// running: every one of names is a running member.
+func running(ms []patroni.Member, names []string) bool {
+	n := 0
+	for _, m := range ms {
+		if slices.Contains(names, m.Name) && (m.State == "running" || m.State == "streaming") {
+			n++
+		}
+	}
+	return n == len(names)
 }

@@ -32,6 +32,11 @@ func TestEtcdLostUnderLoad(t *testing.T) {
 	}
 
 	fault := time.Now()
+	t.Cleanup(func() { // a test that fails half-way leaves etcd running for the next one
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = cluster.StartEtcd(ctx) // refused when it runs
+	})
 	if err := cluster.StopEtcd(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -128,6 +128,8 @@ func leaveLeaderAlone(t *testing.T, ctx context.Context, c *patroni.Cluster) alo
 		}
 	}
 	a.standbys = append(a.standbys, sync.Name)
+	// A test that fails half-way leaves no member stopped for the next one.
+	t.Cleanup(func() { startAll(c) })
 	for _, n := range a.standbys {
 		if err := c.StopMember(ctx, n); err != nil {
 			t.Fatal(err)
@@ -147,6 +149,16 @@ func leaveLeaderAlone(t *testing.T, ctx context.Context, c *patroni.Cluster) alo
 		return names == "*" && connected == 0, fmt.Sprintf("synchronous_standby_names %q, %d standbys connected", names, connected)
 	})
 	return a
+}
+
+// startAll starts every member that is not running (StartMember refuses the
+// others).
+func startAll(c *patroni.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range c.Names() {
+		_ = c.StartMember(ctx, n)
+	}
 }
 
 // waitAcknowledged waits until a write through the cluster's URL is
