@@ -138,6 +138,15 @@ func TestCancelledSyncWaitThenOldPrimaryRestarted(t *testing.T) {
 	f := r.finish(a.at, recovered, grantsBefore)
 	requireEveryInvariant(t, f)
 	requirePresentedOnceAfter(t, ctx, r, hand)
+	// Resolved by rail-proxy itself, the refused attempt was never an intent
+	// left for the janitor: the reconciler's last pass saw none overdue.
+	overdue, err := r.rec.Metric(ctx, "reconciler_overdue_intents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overdue != 0 {
+		t.Errorf("reconciler_overdue_intents %v at the end; want 0", overdue)
+	}
 	logFigures(t, "leader "+a.leader+" alone, a cancelled commit, the old primary restarted", f)
 	t.Logf("rail-proxy 503 %s stage %s after %s; the refused attempt on the leader alone: %s; rail_resolution_not_durable_total %v; "+
 		"old primary stopped → leading again, writes acknowledged %s; no standby promoted meanwhile",
