@@ -616,7 +616,10 @@ func (c *Cluster) writeProbe(ctx context.Context, member string) error {
 	if inRecovery {
 		return fmt.Errorf("%s is in recovery", member)
 	}
-	if _, err := conn.Exec(ctx, "SELECT txid_current()"); err != nil {
+	// A transaction that writes WAL before its commit record: only such a commit
+	// waits for the synchronous standby (an xid alone, txid_current(), commits
+	// without waiting), so its success proves a standby acknowledged it.
+	if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'lock.dev/patroni', 'write probe')"); err != nil {
 		return err
 	}
 	if warned.Load() {
