@@ -44,6 +44,10 @@ func run(m *testing.M) int {
 	}
 	cluster = c
 	code := m.Run()
+	if code == 0 && judgedRuns.Load() > 0 && fencedTotal.Load() == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: %d runs under load fenced no submission: without a stale writer at the gate, 0 stale admissions proves nothing\n", judgedRuns.Load())
+		code = 1
+	}
 	dir := c.Dir()
 	if err := c.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: stop the Patroni cluster: %v\n", err)
