@@ -238,11 +238,8 @@ func claimByHand(t *testing.T, ctx context.Context, r *loadRun, id string) claim
 		AmountMinor: 4242, Currency: "EUR", Beneficiary: "NL91ABNA0417164300"}}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ops := payment.NewTLSClient(urls["PAYMENT_RESOURCE_URL"], r.st.ClientTLS(identity.NameOps, identity.NamePaymentResource))
-	if _, err := ops.Create(cctx, c.payout); err != nil {
-		t.Fatalf("create %s: %v", id, err)
-	}
-	r.created++
+	// The lease before the payout: once the payout exists the executors under
+	// load look for it, and one of them could take its account first.
 	lc, err := lockclient.New(urls["LOCK_SERVER_URL"], lockclient.WithTLSConfig(r.st.ClientTLS(identity.NameExecutor, identity.NameLockServer)),
 		lockclient.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -252,6 +249,11 @@ func claimByHand(t *testing.T, ctx context.Context, r *loadRun, id string) claim
 		t.Fatalf("acquire the lease of %s: %v", c.payout.AccountID, err)
 	}
 	t.Cleanup(func() { _ = c.lease.Release(context.Background()) }) // ends its renewals whatever happened
+	ops := payment.NewTLSClient(urls["PAYMENT_RESOURCE_URL"], r.st.ClientTLS(identity.NameOps, identity.NamePaymentResource))
+	if _, err := ops.Create(cctx, c.payout); err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	r.created++
 	exec := payment.NewTLSClient(urls["PAYMENT_RESOURCE_URL"], r.st.ClientTLS(identity.NameExecutor, identity.NamePaymentResource))
 	if _, err := exec.ClaimWithGrant(cctx, id, c.lease.Token(), c.lease.Grant(), c.owner); err != nil {
 		t.Fatalf("claim %s: %v", id, err)

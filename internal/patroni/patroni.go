@@ -197,12 +197,15 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.dir, err = os.MkdirTemp("", "lockdev-patroni-"); err != nil {
 		return nil, fmt.Errorf("patroni: temp dir: %w", err)
 	}
+	// A failed start returns a nil cluster: what it had started is stopped
+	// through its own reference.
+	started := c
 	defer func() {
 		if err != nil {
 			if opts.Log != nil {
-				_ = c.WriteLogs(opts.Log)
+				_ = started.WriteLogs(opts.Log)
 			}
-			_ = c.Stop()
+			_ = started.Stop()
 		}
 	}()
 	if err := c.own(c.dir, 0o700); err != nil {
@@ -229,8 +232,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.StartMember(ctx, c.nodes[0].name); err != nil {
 		return nil, err
 	}
-	if _, err := c.WaitLeader(ctx, ""); err != nil {
-		return nil, err
+	// Alone, it leads but cannot commit a write (strict mode waits for a
+	// synchronous standby): its role is what there is to wait for.
+	if err := poll(ctx, 200*time.Millisecond, func(ctx context.Context) bool {
+		l, err := c.Leader(ctx)
+		return err == nil && l.Name == c.nodes[0].name && l.State == "running"
+	}); err != nil {
+		return nil, fmt.Errorf("patroni: %s did not bootstrap and lead: %w", c.nodes[0].name, err)
 	}
 	for _, n := range c.nodes[1:] {
 		if err := c.StartMember(ctx, n.name); err != nil {
