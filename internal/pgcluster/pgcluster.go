@@ -120,7 +120,7 @@ func newCluster(logf *os.File) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := RunAs()
 	if err != nil {
 		return nil, err
 	}
@@ -421,9 +421,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// runAs picks the unprivileged user the server runs as when we are root: the
-// "postgres" user when it exists, else "nobody".
-func runAs() (*syscall.Credential, error) {
+// RunAs picks the unprivileged user the server runs as when we are root: the
+// "postgres" user when it exists, else "nobody". Nil when we are not root.
+func RunAs() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
