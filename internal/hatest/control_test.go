@@ -70,8 +70,8 @@ func TestControlAsyncFailoverIsCaught(t *testing.T) {
 	caught := rep.Count(invariants.CheckCallWithoutIntent) + rep.Count(invariants.CheckTokenIssuedTwice) +
 		rep.Count(invariants.CheckTokenWithoutGrant) + rep.Count(invariants.CheckStaleAdmission)
 	if caught == 0 {
-		t.Errorf("no rail call without an intent row, no token handed out twice or lost, no stale admission; only:\n%s", violations(rep))
+		t.Errorf("no rail call without an intent row, no token handed out twice or lost, no stale admission; only:\n%s", rep.ViolationsText())
 	}
-	t.Logf("violations after the asynchronous failover from %s to %s (as expected):\n%s", leader.Name, newLeader.Name, violations(rep))
+	t.Logf("violations after the asynchronous failover from %s to %s (as expected):\n%s", leader.Name, newLeader.Name, rep.ViolationsText())
 	logFigures(t, "control: kill -9 of leader "+leader.Name+" on an asynchronous cluster", f)
 }

@@ -115,7 +115,7 @@ func startLoad(t *testing.T, ctx context.Context, c *patroni.Cluster) *loadRun {
 	t.Cleanup(func() {
 		r.stopExecutors()
 		if t.Failed() {
-			t.Logf("service warnings and errors:\n%s", problems(r.logs))
+			t.Logf("service warnings and errors:\n%s", r.logs.Problems(60))
 			clusterLogs(t, c)
 		}
 		if err := st.Close(); err != nil {
@@ -389,7 +389,7 @@ func requireEveryInvariant(t *testing.T, f figures) {
 	t.Helper()
 	r := f.report
 	if !r.OK() {
-		t.Errorf("the checker found violations:\n%s", violations(r))
+		t.Errorf("the checker found violations:\n%s", r.ViolationsText())
 	}
 	for _, v := range []int{1, 2, 3, 4, 5, 6, 7, 8} {
 		if !r.Held(v) || !slices.ContainsFunc(r.Invariants, func(j invariants.Verdict) bool { return j.Invariant == v }) {
@@ -443,26 +443,4 @@ func logFigures(t *testing.T, what string, f figures) {
 		what, f.recovered.Sub(f.fault).Round(time.Millisecond), f.firstCall.Round(time.Millisecond), f.pause.Round(time.Millisecond), strings.Join(per, ", "),
 		r.Payouts.Total, r.RailCalls.Total, f.callsAfter, r.Submissions.Fenced, f.issuedBefore, f.issuedAfter, len(f.tokensTwice), len(f.notAbove),
 		f.grantsBefore, f.grantsAfter, len(f.grantsLost))
-}
-
-func violations(r invariants.Report) string {
-	var b strings.Builder
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "  %s [%s %s seq %d submission %d]: %s\n", v.Check, v.AccountID, v.PayoutID, v.Seq, v.SubmissionID, v.Detail)
-	}
-	return b.String()
-}
-
-// problems are the services' WARN and ERROR lines, at most the last 60.
-func problems(logs *logcapture.Buffer) string {
-	var out []string
-	for _, l := range logs.Lines() {
-		if lvl, _ := l["level"].(string); lvl == "WARN" || lvl == "ERROR" {
-			out = append(out, fmt.Sprint(l))
-		}
-	}
-	if len(out) > 60 {
-		out = out[len(out)-60:]
-	}
-	return strings.Join(out, "\n")
 }

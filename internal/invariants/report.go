@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // CheckID names one check of the report; the JSON form carries it.
@@ -306,4 +307,14 @@ func checkDefs(opts Options) []checkDef {
 		defs = append(defs, booksBoundCheckDefs...) // booksbound.go
 	}
 	return defs
+}
+
+// ViolationsText lists the violations one a line, with where each was found:
+// what a failing test shows of the checker's verdict.
+func (r Report) ViolationsText() string {
+	var b strings.Builder
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  %s [%s %s seq %d submission %d]: %s\n", v.Check, v.AccountID, v.PayoutID, v.Seq, v.SubmissionID, v.Detail)
+	}
+	return b.String()
 }

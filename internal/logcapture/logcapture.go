@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -57,4 +59,19 @@ func (s *Buffer) Events(event string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// Problems are the captured WARN and ERROR lines, at most the last max, one a
+// line: what a failing test shows of the services' logs.
+func (s *Buffer) Problems(max int) string {
+	var out []string
+	for _, l := range s.Lines() {
+		if lvl, _ := l["level"].(string); lvl == "WARN" || lvl == "ERROR" {
+			out = append(out, fmt.Sprint(l))
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return strings.Join(out, "\n")
 }

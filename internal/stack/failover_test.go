@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +37,7 @@ func TestFailoverSynchronousKeepsEveryInvariant(t *testing.T) {
 	run := runFailover(t, true)
 	r := run.report
 	if !r.OK() {
-		t.Errorf("the checker found violations across a failover to a synchronous standby:\n%s", violations(r))
+		t.Errorf("the checker found violations across a failover to a synchronous standby:\n%s", r.ViolationsText())
 	}
 	for _, v := range []int{1, 2, 3, 4, 5, 6, 7, 8} {
 		if !r.Held(v) || !slices.ContainsFunc(r.Invariants, func(j invariants.Verdict) bool { return j.Invariant == v }) {
@@ -88,9 +87,9 @@ func TestFailoverAsynchronousIsCaught(t *testing.T) {
 	caught := r.Count(invariants.CheckCallWithoutIntent) + r.Count(invariants.CheckTokenIssuedTwice) +
 		r.Count(invariants.CheckTokenWithoutGrant) + r.Count(invariants.CheckStaleAdmission)
 	if caught == 0 {
-		t.Errorf("no rail call without an intent row, no token handed out twice or lost, no stale admission; only:\n%s", violations(r))
+		t.Errorf("no rail call without an intent row, no token handed out twice or lost, no stale admission; only:\n%s", r.ViolationsText())
 	}
-	t.Logf("violations after an asynchronous failover (as expected):\n%s", violations(r))
+	t.Logf("violations after an asynchronous failover (as expected):\n%s", r.ViolationsText())
 	t.Logf("tokens handed out after the promotion not above those before the kill: %d", len(run.tokensNotAbove()))
 }
 
@@ -145,7 +144,7 @@ func runFailover(t *testing.T, synchronous bool) failoverRun {
 	})
 	defer func() {
 		if t.Failed() {
-			t.Logf("service warnings and errors:\n%s", problems(logs))
+			t.Logf("service warnings and errors:\n%s", logs.Problems(60))
 		}
 	}()
 	rec, err := st.StartReconciler(ctx, map[string]string{
@@ -332,26 +331,4 @@ func railCalls(t *testing.T, ctx context.Context, st *stack.Stack) []railstub.Ca
 		t.Fatalf("the rail-stub's call log: %v", err)
 	}
 	return calls
-}
-
-func violations(r invariants.Report) string {
-	var b strings.Builder
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "  %s [%s %s seq %d submission %d]: %s\n", v.Check, v.AccountID, v.PayoutID, v.Seq, v.SubmissionID, v.Detail)
-	}
-	return b.String()
-}
-
-// problems are the services' WARN and ERROR lines, at most the last 60.
-func problems(logs *logcapture.Buffer) string {
-	var out []string
-	for _, l := range logs.Lines() {
-		if lvl, _ := l["level"].(string); lvl == "WARN" || lvl == "ERROR" {
-			out = append(out, fmt.Sprint(l))
-		}
-	}
-	if len(out) > 60 {
-		out = out[len(out)-60:]
-	}
-	return strings.Join(out, "\n")
 }

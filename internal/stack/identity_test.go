@@ -32,7 +32,7 @@ func TestStackRunsWithIdentitiesAndTheTapCallsAsTheCaller(t *testing.T) {
 	logs := &logcapture.Buffer{}
 	defer func() {
 		if t.Failed() {
-			t.Logf("service warnings and errors:\n%s", problems(logs))
+			t.Logf("service warnings and errors:\n%s", logs.Problems(60))
 		}
 	}()
 	s, err := stack.Start(ctx, stack.Options{Tap: true, Log: logs})
