@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"lock.dev/lockapi"
 )
 
 // An operator's decision on a reconciliation exception
@@ -169,21 +171,8 @@ type ExceptionContext struct {
 	Files       []ContextFile       `json:"statementFiles"`
 }
 
-// ContextPayout is the payout row.
-type ContextPayout struct {
-	PayoutID      string    `json:"payoutId"`
-	AccountID     string    `json:"accountId"`
-	AmountMinor   int64     `json:"amountMinor"`
-	Currency      string    `json:"currency"`
-	Beneficiary   string    `json:"beneficiary"`
-	Status        string    `json:"status"`
-	FenceToken    int64     `json:"fenceToken"`
-	ClaimedBy     *string   `json:"claimedBy"`
-	RailReference *string   `json:"railReference"`
-	DeclineReason *string   `json:"declineReason"`
-	CreatedAt     time.Time `json:"createdAt"`
-	UpdatedAt     time.Time `json:"updatedAt"`
-}
+// ContextPayout is the payout row, in payment-resource's own payout shape.
+type ContextPayout = lockapi.Payout
 
 // ContextMove is one payout_history row.
 type ContextMove struct {
