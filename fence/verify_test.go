@@ -43,14 +43,7 @@ func newVerifier(t testing.TB, set *fence.KeySet, size int) *fence.Verifier {
 	return v
 }
 
-func decodePart(t testing.TB, g string, i int) string {
-	t.Helper()
-	b, err := base64.RawURLEncoding.DecodeString(strings.Split(g, ".")[i])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+func decodePart(t testing.TB, g string, i int) string { return granttest.DecodePart(t, g, i) }
 
 // RFC 8037 appendix A.3: the thumbprint of its example Ed25519 key.
 func TestKeyIDIsRFC7638Thumbprint(t *testing.T) {

@@ -1,11 +1,9 @@
 package grant_test
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"lock.dev/fence"
@@ -41,14 +39,7 @@ func refusal(_ grant.Claims, err error) *grant.Rejection {
 	return r
 }
 
-func decodePart(t testing.TB, g string, i int) string {
-	t.Helper()
-	b, err := base64.RawURLEncoding.DecodeString(strings.Split(g, ".")[i])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+func decodePart(t testing.TB, g string, i int) string { return granttest.DecodePart(t, g, i) }
 
 // A grant has exactly the shape of docs/contracts/signed-grants.md: EdDSA, typ
 // lockgrant+jwt, kid the key's thumbprint; claims iss, lock, tok as a decimal

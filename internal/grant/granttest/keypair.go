@@ -3,6 +3,8 @@ package granttest
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,4 +59,14 @@ func Must(t testing.TB) func(string, error) string {
 		}
 		return s
 	}
+}
+
+// DecodePart is part i of grant g (0 the header, 1 the claims), decoded.
+func DecodePart(t testing.TB, g string, i int) string {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(strings.Split(g, ".")[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
