@@ -284,3 +284,16 @@ func TestStatementAcceptedOnlyExceptionAtTheCopysSeq(t *testing.T) {
 		t.Fatal("an UNKNOWN_REFERENCE recorded at a seq no copied line has was judged recorded")
 	}
 }
+
+// NotHeld names an invariant broken or never judged, and nothing else.
+func TestNotHeldNamesBrokenAndUnjudged(t *testing.T) {
+	t.Parallel()
+	if got := Evaluate(settled(), reconciled).NotHeld(1, 7, 99); !slices.Equal(got, []int{99}) {
+		t.Errorf("a clean history: NotHeld(1, 7, 99) = %v, want [99] (never judged)", got)
+	}
+	h := settled()
+	h.StatementLines = h.StatementLines[1:]
+	if got := Evaluate(h, reconciled).NotHeld(1, 7); !slices.Equal(got, []int{7}) {
+		t.Errorf("a copy lacking a line: NotHeld(1, 7) = %v, want [7]", got)
+	}
+}

@@ -318,3 +318,15 @@ func (r Report) ViolationsText() string {
 	}
 	return b.String()
 }
+
+// NotHeld are those of invariants ns that were broken or not judged at all:
+// what a test that requires them all to hold reports.
+func (r Report) NotHeld(ns ...int) []int {
+	var out []int
+	for _, n := range ns {
+		if !r.Held(n) || !slices.ContainsFunc(r.Invariants, func(v Verdict) bool { return v.Invariant == n }) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
